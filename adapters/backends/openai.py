@@ -1,0 +1,159 @@
+"""Any OpenAI-compatible worker: canonical requests to /v1/chat/completions and /v1/completions.
+
+The parameter mapping is data: `SAMPLING` maps canonical Sampling fields to this worker's
+names. A canonical field that is set but has no entry is refused with a 4xx naming it, so a
+client never gets a silently different answer. Subclasses (vLLM, trtllm-serve) extend the tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import orjson
+
+from adapters import base
+from adapters.backends import openai_decode
+from schemas import canonical, errors
+
+# canonical Sampling attribute -> OpenAI request field (openai api-reference, chat/create).
+OPENAI_SAMPLING: dict[str, str] = {
+    "max_tokens": "max_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "seed": "seed",
+    "stop": "stop",
+    "n": "n",
+    "logit_bias": "logit_bias",
+}
+
+# Canonical fields whose unset value is not None.
+_UNSET: dict[str, Any] = {"stop": [], "stop_token_ids": [], "n": 1}
+
+
+class OpenAIBackend:
+    """Speaks the OpenAI API as any compatible server does."""
+
+    SAMPLING: ClassVar[dict[str, str]] = OPENAI_SAMPLING
+    CHAT_PATH = "/v1/chat/completions"
+    COMPLETIONS_PATH = "/v1/completions"
+    # What the worker can return besides text, decided before any I/O.
+    TOKEN_IDS = False
+    PROMPT_LOGPROBS = False
+
+    def check(self, req: canonical.InferenceRequest) -> None:
+        for name in canonical.Sampling.__slots__:
+            value = getattr(req.sampling, name)
+            if name not in self.SAMPLING and value != _UNSET.get(name):
+                raise errors.Unsupported(
+                    f"`{name}` is not supported by this model's worker", field=name)
+        if req.token_ids and not self.TOKEN_IDS:
+            raise errors.Unsupported("token ids are not available from this model's worker",
+                                     field="token_ids")
+        if req.prompt_logprobs is not None and not self.PROMPT_LOGPROBS:
+            raise errors.Unsupported("`prompt_logprobs` is not supported by this model's worker",
+                                     field="prompt_logprobs")
+
+    def build(self, req: canonical.InferenceRequest, target: base.Target) -> base.UpstreamRequest:
+        body: dict[str, Any] = {"model": target.model}
+        if req.messages is not None:
+            body["messages"] = [self.message(m) for m in req.messages]
+            path = self.CHAT_PATH
+        else:
+            body["prompt"] = _prompt(req.prompts or [""])
+            path = self.COMPLETIONS_PATH
+        self.sampling(req.sampling, body)
+        self.options(req, body)
+        for key, value in req.extra.items():
+            body.setdefault(key, value)
+        return base.UpstreamRequest(
+            "POST", target.base_url.rstrip("/") + path, orjson.dumps(body),
+            {"content-type": "application/json"}, streaming=req.stream)
+
+    def sampling(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
+        for attr, key in self.SAMPLING.items():
+            value = getattr(s, attr)
+            if value is not None and value != _UNSET.get(attr):
+                body[key] = value
+
+    def options(self, req: canonical.InferenceRequest, body: dict[str, Any]) -> None:
+        """Everything that is not sampling: streaming, logprobs, tools, formats."""
+        body["stream"] = req.stream
+        if req.stream:
+            body["stream_options"] = {"include_usage": True}  # usage is always wanted upstream
+        if req.logprobs:
+            if req.is_chat:
+                body["logprobs"] = True
+                if req.top_logprobs:
+                    body["top_logprobs"] = req.top_logprobs
+            else:
+                body["logprobs"] = req.top_logprobs
+        if req.echo:
+            body["echo"] = True
+        if req.tools is not None:
+            body["tools"] = [_tool(t) for t in req.tools]
+        if req.tool_choice is not None:
+            body["tool_choice"] = _tool_choice(req.tool_choice)
+        for key in ("parallel_tool_calls", "response_format", "reasoning_effort", "user"):
+            if (value := getattr(req, key)) is not None:
+                body[key] = value
+
+    def message(self, m: canonical.Message) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.name is not None:
+            out["name"] = m.name
+        if m.tool_calls is not None:
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}}
+                for c in m.tool_calls]
+        if m.tool_call_id is not None:
+            out["tool_call_id"] = m.tool_call_id
+        return out
+
+    def decoder(self, req: canonical.InferenceRequest, streaming: bool) -> base.StreamDecoder:
+        return openai_decode.OpenAIDecoder(req.is_chat, streaming)
+
+    def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
+        message = error_message(body) or f"the worker answered HTTP {status}"
+        if status >= 500:
+            return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502)
+        return errors.UpstreamRejected(message, status=status)
+
+    def health_path(self) -> str:
+        return "/health"
+
+
+def error_message(body: bytes) -> str:
+    """The message of any OpenAI-style error body: nested, flat (trtllm-serve) or a string."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", "replace").strip()[:1000]
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("detail") or obj)
+        return str(err)
+    return str(obj)
+
+
+def _prompt(prompts: list[str | list[int]]) -> str | list[str] | list[int] | list[list[int]]:
+    if len(prompts) == 1:
+        return prompts[0]
+    return prompts  # type: ignore[return-value]
+
+
+def _tool(t: canonical.ToolSpec) -> dict[str, Any]:
+    fn: dict[str, Any] = {"name": t.name}
+    for key in ("description", "parameters", "strict"):
+        if (value := getattr(t, key)) is not None:
+            fn[key] = value
+    return {"type": "function", "function": fn}
+
+
+def _tool_choice(choice: str) -> str | dict[str, Any]:
+    if choice in ("auto", "none", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}

@@ -1,0 +1,184 @@
+"""OpenAI-compatible worker answers (vLLM, trtllm-serve, any OpenAI server) to canonical events.
+
+One decoder per request. Streaming: SSE `data:` lines, one orjson.loads each; the answer is
+complete only at `data: [DONE]` (vLLM writes it even after an error event). Non-streaming: the
+whole body is parsed at close.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from adapters import framing
+from schemas import errors
+from schemas import events as ev
+
+_FINISH: dict[str, ev.FinishReason] = {
+    "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls",
+    "content_filter": "content_filter", "abort": "abort",
+}
+
+
+def finish(choice: int, reason: str, stop_reason: Any) -> ev.Finish:
+    """vLLM's (finish_reason, stop_reason) pair to the canonical reason; "stop" splits three ways."""
+    if reason == "stop" or reason not in _FINISH:
+        # vLLM protocol.py: stop_reason is the matched string, the stop token id, or null (EOS).
+        if isinstance(stop_reason, str):
+            return ev.Finish(choice, "stop_string", stop_reason)
+        if isinstance(stop_reason, int):
+            return ev.Finish(choice, "stop_token", stop_reason)
+        return ev.Finish(choice, "eos")
+    return ev.Finish(choice, _FINISH[reason], stop_reason)
+
+
+def usage(u: dict[str, Any]) -> ev.Usage:
+    details = u.get("completion_tokens_details") or {}
+    prompt_details = u.get("prompt_tokens_details") or {}
+    return ev.Usage(
+        int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
+        details.get("reasoning_tokens"), prompt_details.get("cached_tokens"),
+    )
+
+
+def chat_logprobs(lp: Any, ids: list[int] | None) -> list[ev.TokenLogprob] | None:
+    content = lp.get("content") if isinstance(lp, dict) else None
+    if content is None:
+        return None
+    out = []
+    for i, t in enumerate(content):
+        tops = [ev.TopLogprob(a["token"], a["logprob"], a.get("bytes"))
+                for a in t.get("top_logprobs") or ()]
+        tid = ids[i] if ids is not None and len(ids) == len(content) else None
+        out.append(ev.TokenLogprob(t["token"], t["logprob"], t.get("bytes"), tid, tops))
+    return out
+
+
+def completion_logprobs(lp: Any, ids: list[int] | None) -> list[ev.TokenLogprob] | None:
+    if not isinstance(lp, dict) or lp.get("tokens") is None:
+        return None
+    tokens, values = lp["tokens"], lp.get("token_logprobs") or []
+    tops = lp.get("top_logprobs") or []
+    out = []
+    for i, tok in enumerate(tokens):
+        alt = tops[i] if i < len(tops) and tops[i] else {}
+        tid = ids[i] if ids is not None and len(ids) == len(tokens) else None
+        value = values[i] if i < len(values) and values[i] is not None else 0.0
+        out.append(ev.TokenLogprob(tok, value, None, tid,
+                                   [ev.TopLogprob(k, v) for k, v in alt.items()]))
+    return out
+
+
+def _error_message(err: Any) -> str:
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err)
+
+
+class OpenAIDecoder:
+    """Decodes chat or completions answers; `chat` picks `delta`/`message` versus `text`."""
+
+    def __init__(self, chat: bool, streaming: bool):
+        self._chat = chat
+        self._streaming = streaming
+        self._sse = framing.SseDecoder()
+        self._body: list[bytes] = []
+        self._done = False
+        self._finished = False
+
+    def feed(self, data: bytes) -> list[ev.Event]:
+        if not self._streaming:
+            self._body.append(data)
+            return []
+        out: list[ev.Event] = []
+        for _, payload in self._sse.feed(data):
+            self._payload(payload, out)
+        return out
+
+    def close(self) -> list[ev.Event]:
+        if not self._streaming:
+            return self._whole(b"".join(self._body))
+        out: list[ev.Event] = []
+        for _, payload in self._sse.close():
+            self._payload(payload, out)
+        if not self._done:
+            raise errors.UpstreamBroken("the worker's stream ended before `data: [DONE]`")
+        if not self._finished:
+            raise errors.UpstreamBroken("the worker's stream ended without a finish reason")
+        return out
+
+    def _payload(self, payload: bytes, out: list[ev.Event]) -> None:
+        if payload.strip() == b"[DONE]":
+            self._done = True
+            return
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise errors.UpstreamBroken(f"the worker sent malformed JSON: {payload[:200]!r}")
+        if "error" in obj and obj["error"]:
+            raise errors.UpstreamBroken(f"the worker failed: {_error_message(obj['error'])}")
+        for c in obj.get("choices") or ():
+            (self._chat_choice if self._chat else self._text_choice)(c, c.get("delta"), out)
+        if u := obj.get("usage"):
+            out.append(usage(u))
+
+    def _chat_choice(self, c: dict[str, Any], delta: dict[str, Any] | None,
+                     out: list[ev.Event]) -> None:
+        i = c.get("index", 0)
+        m = delta if delta is not None else c.get("message") or {}
+        if m.get("role"):
+            out.append(ev.Role(i, m["role"]))
+        reasoning = m.get("reasoning_content") or m.get("reasoning")
+        if reasoning:
+            out.append(ev.ReasoningDelta(i, reasoning))
+        ids = c.get("token_ids")
+        lps = chat_logprobs(c.get("logprobs"), ids)
+        if m.get("content") or ids or lps:
+            out.append(ev.TextDelta(i, m.get("content") or "", ids, lps))
+        for t in m.get("tool_calls") or ():
+            fn = t.get("function") or {}
+            index = t.get("index", 0) if delta is not None else len(out)
+            out.append(ev.ToolCallDelta(i, index, t.get("id"), fn.get("name"),
+                                        fn.get("arguments") or ""))
+        self._end(c, i, out)
+
+    def _text_choice(self, c: dict[str, Any], _: Any, out: list[ev.Event]) -> None:
+        i = c.get("index", 0)
+        ids = c.get("token_ids")
+        lps = completion_logprobs(c.get("logprobs"), ids)
+        if c.get("text") or ids or lps:
+            out.append(ev.TextDelta(i, c.get("text") or "", ids, lps))
+        self._end(c, i, out)
+
+    def _end(self, c: dict[str, Any], i: int, out: list[ev.Event]) -> None:
+        if reason := c.get("finish_reason"):
+            if reason == "error":
+                raise errors.UpstreamBroken("the worker reported a generation error")
+            self._finished = True
+            out.append(finish(i, reason, c.get("stop_reason")))
+
+    def _whole(self, body: bytes) -> list[ev.Event]:
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise errors.UpstreamBroken(f"the worker sent malformed JSON: {body[:200]!r}")
+        if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
+            raise errors.UpstreamBroken("the worker's answer has no `choices`")
+        out: list[ev.Event] = []
+        for c in obj["choices"]:
+            calls_before = len(out)
+            (self._chat_choice if self._chat else self._text_choice)(c, None, out)
+            _renumber_calls(out, calls_before)
+        if u := obj.get("usage"):
+            out.append(usage(u))
+        return out
+
+
+def _renumber_calls(out: list[ev.Event], start: int) -> None:
+    """Whole-message tool calls carry no index; number them in order within their choice."""
+    n = 0
+    for e in out[start:]:
+        if isinstance(e, ev.ToolCallDelta):
+            e.index = n
+            n += 1

@@ -1,0 +1,120 @@
+"""The two adapter interfaces: a client protocol (Frontend) and a worker protocol (Backend).
+
+Adapters are sans-I/O: bytes and canonical objects in, bytes and canonical objects out. Ids,
+`created` and the model name come in a `ResponseMeta`, so encoded bytes are deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from schemas import canonical, errors
+from schemas import events as ev
+
+
+@dataclass(slots=True, frozen=True)
+class RequestContext:
+    """What a frontend may read besides the body: path parameters and headers (lower-case)."""
+
+    path: str = "/"
+    path_params: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class ResponseMeta:
+    """The per-response values that are not a function of the events."""
+
+    id: str
+    created: int
+    model: str
+    request_id: str = ""
+
+
+@dataclass(slots=True)
+class Rendered:
+    """A whole HTTP answer."""
+
+    status: int
+    body: bytes
+    media_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class Target:
+    """Where one attempt goes: an upstream base URL and the model name that worker knows."""
+
+    base_url: str
+    model: str
+
+
+@dataclass(slots=True)
+class UpstreamRequest:
+    """One HTTP request to a worker, fully built."""
+
+    method: str
+    url: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    streaming: bool = False
+
+
+class StreamEncoder(Protocol):
+    """Encodes one response's canonical events into a client's wire bytes; holds its state."""
+
+    media_type: str
+
+    def encode(self, e: ev.Event) -> bytes:
+        """Bytes due for this event; b"" when nothing is due yet."""
+        ...
+
+    def fail(self, exc: errors.GatewayError) -> bytes:
+        """The in-band error that ends a started stream, terminator included."""
+        ...
+
+    def finish(self) -> bytes:
+        """What closes a stream that ended well (usage chunk, terminator)."""
+        ...
+
+
+class Frontend(Protocol):
+    """A client protocol: its request bytes -> canonical; canonical -> its response bytes."""
+
+    def parse(self, body: bytes, ctx: RequestContext) -> canonical.InferenceRequest: ...
+
+    def encoder(self, req: canonical.InferenceRequest, meta: ResponseMeta) -> StreamEncoder: ...
+
+    def render(
+        self, req: canonical.InferenceRequest, done: canonical.Completion, meta: ResponseMeta
+    ) -> Rendered: ...
+
+    def render_error(self, exc: errors.GatewayError) -> Rendered: ...
+
+
+class StreamDecoder(Protocol):
+    """Turns a worker's body, fed in any chunking, into canonical events."""
+
+    def feed(self, data: bytes) -> list[ev.Event]: ...
+
+    def close(self) -> list[ev.Event]:
+        """Events still due at the end; raises UpstreamBroken if the answer was unfinished."""
+        ...
+
+
+class Backend(Protocol):
+    """A worker protocol: canonical -> its request; its body -> canonical events."""
+
+    def check(self, req: canonical.InferenceRequest) -> None:
+        """Raise Unsupported, before any I/O, for what this worker cannot do."""
+        ...
+
+    def build(self, req: canonical.InferenceRequest, target: Target) -> UpstreamRequest: ...
+
+    def decoder(self, req: canonical.InferenceRequest, streaming: bool) -> StreamDecoder: ...
+
+    def parse_error(self, status: int, body: bytes) -> errors.GatewayError: ...
+
+    def health_path(self) -> str: ...

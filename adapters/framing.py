@@ -1,0 +1,73 @@
+"""Wire framings shared by several protocols: SSE and JSON-lines writers, an incremental SSE reader."""
+
+from __future__ import annotations
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def sse(data: bytes) -> bytes:
+    """One SSE event: `data: ` with one space, as every current server writes it."""
+    return b"data: " + data + b"\n\n"
+
+
+def sse_event(name: bytes, data: bytes, prefix: bytes = b"") -> bytes:
+    """An SSE event with an `event:` line (Elastic); `prefix` is written before it (a BOM)."""
+    return prefix + b"event: " + name + b"\ndata: " + data + b"\n\n"
+
+
+def jsonline(data: bytes) -> bytes:
+    return data + b"\n"
+
+
+class SseDecoder:
+    """Incremental SSE parser (WHATWG rules) that is right for any chunking of the input.
+
+    `feed` returns the completed events as (event name, data) pairs; comments and `id:` /
+    `retry:` lines are dropped. Accepts `data:` with or without the space, CRLF, and trailing
+    spaces before the blank line (trtllm-serve writes `} \\n\\n`).
+    """
+
+    __slots__ = ("_buf", "_data", "_event")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._data: list[bytes] = []
+        self._event = b""
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
+        buf = self._buf + chunk if self._buf else chunk
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buf.split(b"\n")
+        self._buf = lines.pop()
+        out: list[tuple[bytes, bytes]] = []
+        for line in lines:
+            if not line or line.isspace():
+                if self._data:
+                    out.append((self._event or b"message", b"\n".join(self._data)))
+                    self._data = []
+                self._event = b""
+            else:
+                self._line(line)
+        return out
+
+    def _line(self, line: bytes) -> None:
+        if line[0] == 58:  # b":" comment / keep-alive
+            return
+        name, sep, value = line.partition(b":")
+        if sep and value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value)
+        elif name == b"event" or name == b"\xef\xbb\xbfevent":
+            self._event = value
+
+    def close(self) -> list[tuple[bytes, bytes]]:
+        """Flush an event the peer did not terminate with a blank line."""
+        out = self.feed(b"\n\n") if (self._buf or self._data) else []
+        self._buf = b""
+        return out
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._buf.strip() or self._data)

@@ -1,0 +1,277 @@
+"""OpenAI client protocol, response side: chunks, whole bodies and the error object as bytes.
+
+The per-chunk path builds each chunk from a pre-encoded head and tail around one orjson.dumps
+of the choice, so a chunk costs one serialisation and a few byte joins.
+"""
+
+from __future__ import annotations
+
+from typing import Any, assert_never
+
+import orjson
+
+from adapters import base, framing
+from schemas import canonical, errors
+from schemas import events as ev
+
+# Id prefixes as OpenAI and vLLM write them.
+CHAT_ID = "chatcmpl-"
+COMPLETION_ID = "cmpl-"
+
+# OpenAI has one "stop" for every natural end (openai-python ChatCompletionChunk finish_reason).
+FINISH = {
+    "eos": "stop", "stop_string": "stop", "stop_token": "stop", "length": "length",
+    "tool_calls": "tool_calls", "content_filter": "content_filter", "abort": "abort",
+    "error": "error",
+}
+
+
+def usage_dict(u: ev.Usage) -> dict[str, int]:
+    # OpenAI's key order: prompt, completion, total (api-reference, "usage" object).
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens}
+
+
+def chat_logprobs(lps: list[ev.TokenLogprob] | None) -> list[dict[str, Any]]:
+    return [
+        {"token": t.token, "logprob": t.logprob, "bytes": t.bytes,
+         "top_logprobs": [{"token": a.token, "logprob": a.logprob, "bytes": a.bytes}
+                          for a in t.top]}
+        for t in lps or ()
+    ]
+
+
+def completion_logprobs(lps: list[ev.TokenLogprob] | None, offset: int) -> dict[str, Any]:
+    """Legacy completions logprobs; `text_offset` runs on from `offset`."""
+    tokens, values, tops, offsets = [], [], [], []
+    for t in lps or ():
+        tokens.append(t.token)
+        values.append(t.logprob)
+        tops.append({a.token: a.logprob for a in t.top} if t.top else None)
+        offsets.append(offset)
+        offset += len(t.token)
+    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops,
+            "text_offset": offsets}
+
+
+class _Chunks:
+    """Pre-encoded chunk head and tail shared by the two stream encoders."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta, obj: str,
+                 id_prefix: str):
+        self._head = b"".join((
+            b'{"id":', orjson.dumps(id_prefix + meta.id), b',"object":"', obj.encode(), b'","created":',
+            str(meta.created).encode(), b',"model":', orjson.dumps(meta.model), b',"choices":[',
+        ))
+        # openai api-reference: with include_usage, all other chunks carry "usage": null.
+        self._tail = b'],"usage":null}' if req.include_usage else b"]}"
+        self._include_usage = req.include_usage
+        self._usage: ev.Usage | None = None
+        self._generated = 0
+
+    def _chunk(self, choice: dict[str, Any]) -> bytes:
+        return b"data: " + self._head + orjson.dumps(choice) + self._tail + b"\n\n"
+
+    def fail(self, exc: errors.GatewayError) -> bytes:
+        # vLLM (serving_chat.py): an error event, then [DONE]; openai-python raises on it.
+        return framing.sse(orjson.dumps(error_object(exc))) + framing.SSE_DONE
+
+    def finish(self) -> bytes:
+        if not self._include_usage:
+            return framing.SSE_DONE
+        usage = self._usage or ev.Usage(0, self._generated)
+        body = self._head + b'],"usage":' + orjson.dumps(usage_dict(usage)) + b"}"
+        return framing.sse(body) + framing.SSE_DONE
+
+
+class ChatStreamEncoder(_Chunks):
+    """chat.completion.chunk events: a role chunk per choice, deltas, a finish chunk."""
+
+    def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta):
+        super().__init__(req, meta, "chat.completion.chunk", CHAT_ID)
+        self._started: set[int] = set()
+        self._logprobs = req.logprobs
+        self._token_ids = req.token_ids
+
+    def _role(self, choice: int) -> bytes:
+        if choice in self._started:
+            return b""
+        self._started.add(choice)
+        return self._chunk({"index": choice, "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None, "finish_reason": None})
+
+    def encode(self, e: ev.Event) -> bytes:
+        match e:
+            case ev.Role():
+                return self._role(e.choice)
+            case ev.TextDelta():
+                return self._role(e.choice) + self._text(e)
+            case ev.ReasoningDelta():
+                return self._role(e.choice) + self._delta(e.choice, {"reasoning_content": e.text})
+            case ev.ToolCallDelta():
+                return self._role(e.choice) + self._delta(e.choice, {"tool_calls": [_call(e)]})
+            case ev.Finish():
+                return self._role(e.choice) + self._chunk({
+                    "index": e.choice, "delta": {}, "logprobs": None,
+                    "finish_reason": FINISH[e.reason], "stop_reason": e.matched})
+            case ev.Usage():
+                self._usage = e
+                return b""
+            case ev.PromptInfo():
+                return b""
+            case _:
+                assert_never(e)
+
+    def _delta(self, choice: int, delta: dict[str, Any]) -> bytes:
+        return self._chunk({"index": choice, "delta": delta, "logprobs": None,
+                            "finish_reason": None})
+
+    def _text(self, e: ev.TextDelta) -> bytes:
+        self._generated += len(e.token_ids) if e.token_ids is not None else 1
+        c: dict[str, Any] = {"index": e.choice, "delta": {"content": e.text},
+                             "logprobs": None, "finish_reason": None}
+        if self._logprobs and e.logprobs is not None:
+            c["logprobs"] = {"content": chat_logprobs(e.logprobs)}
+        if self._token_ids:
+            c["token_ids"] = e.token_ids
+        return self._chunk(c)
+
+
+def _call(e: ev.ToolCallDelta) -> dict[str, Any]:
+    """A tool-call delta as vLLM and OpenAI stream it: id, type and name only on the first."""
+    fn: dict[str, Any] = {}
+    if e.name is not None:
+        fn["name"] = e.name
+    fn["arguments"] = e.arguments
+    out: dict[str, Any] = {"index": e.index}
+    if e.id is not None:
+        out["id"] = e.id
+        out["type"] = "function"
+    out["function"] = fn
+    return out
+
+
+class CompletionStreamEncoder(_Chunks):
+    """text_completion chunks; reasoning and tool calls have no place in this API."""
+
+    def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta):
+        super().__init__(req, meta, "text_completion", COMPLETION_ID)
+        self._logprobs = req.logprobs
+        self._token_ids = req.token_ids
+        self._offsets: dict[int, int] = {}
+
+    def encode(self, e: ev.Event) -> bytes:
+        match e:
+            case ev.TextDelta():
+                return self._text(e)
+            case ev.Finish():
+                return self._chunk({"index": e.choice, "text": "", "logprobs": None,
+                                    "finish_reason": FINISH[e.reason], "stop_reason": e.matched})
+            case ev.Usage():
+                self._usage = e
+                return b""
+            case ev.Role() | ev.ReasoningDelta() | ev.ToolCallDelta() | ev.PromptInfo():
+                return b""
+            case _:
+                assert_never(e)
+
+    def _text(self, e: ev.TextDelta) -> bytes:
+        self._generated += len(e.token_ids) if e.token_ids is not None else 1
+        c: dict[str, Any] = {"index": e.choice, "text": e.text, "logprobs": None,
+                             "finish_reason": None}
+        if self._logprobs and e.logprobs is not None:
+            offset = self._offsets.get(e.choice, 0)
+            c["logprobs"] = completion_logprobs(e.logprobs, offset)
+            self._offsets[e.choice] = offset + len(e.text)
+        if self._token_ids:
+            c["token_ids"] = e.token_ids
+        return self._chunk(c)
+
+
+def _usage_or_count(done: canonical.Completion) -> dict[str, int]:
+    if done.usage is not None:
+        return usage_dict(done.usage)
+    counted = sum(len(c.token_ids or ()) for c in done.choices)
+    return usage_dict(ev.Usage(0, counted))
+
+
+def _finish(c: canonical.Choice) -> tuple[str | None, str | int | None]:
+    if c.finish is None:
+        return None, None
+    return FINISH[c.finish.reason], c.finish.matched
+
+
+def chat_body(
+    req: canonical.InferenceRequest, done: canonical.Completion, meta: base.ResponseMeta
+) -> dict[str, Any]:
+    """A whole chat.completion object."""
+    choices = []
+    for c in done.choices:
+        msg: dict[str, Any] = {"role": "assistant",
+                               "content": None if c.tool_calls and not c.text else c.text}
+        if c.reasoning is not None:
+            msg["reasoning_content"] = c.reasoning
+        if c.tool_calls:
+            msg["tool_calls"] = [{"id": t.id, "type": "function",
+                                  "function": {"name": t.name, "arguments": t.arguments}}
+                                 for t in c.tool_calls]
+        reason, matched = _finish(c)
+        out: dict[str, Any] = {"index": c.index, "message": msg, "logprobs": None,
+                               "finish_reason": reason, "stop_reason": matched}
+        if req.logprobs:
+            out["logprobs"] = {"content": chat_logprobs(c.logprobs)}
+        if req.token_ids:
+            out["token_ids"] = c.token_ids
+        choices.append(out)
+    return {"id": CHAT_ID + meta.id, "object": "chat.completion", "created": meta.created,
+            "model": meta.model, "choices": choices, "usage": _usage_or_count(done)}
+
+
+def completion_body(
+    req: canonical.InferenceRequest, done: canonical.Completion, meta: base.ResponseMeta
+) -> dict[str, Any]:
+    """A whole text_completion object."""
+    choices = []
+    for c in done.choices:
+        reason, matched = _finish(c)
+        out: dict[str, Any] = {"index": c.index, "text": c.text, "logprobs": None,
+                               "finish_reason": reason, "stop_reason": matched}
+        if req.logprobs:
+            out["logprobs"] = completion_logprobs(c.logprobs, 0)
+        if req.token_ids:
+            out["token_ids"] = c.token_ids
+        choices.append(out)
+    return {"id": COMPLETION_ID + meta.id, "object": "text_completion", "created": meta.created,
+            "model": meta.model, "choices": choices, "usage": _usage_or_count(done)}
+
+
+# ---- errors: OpenAI's error object, `code` a string (openai-python ErrorObject) ----
+
+_ERROR_TYPES: dict[type[errors.GatewayError], tuple[str, str | None]] = {
+    errors.InvalidRequest: ("invalid_request_error", None),
+    errors.Unauthorized: ("invalid_request_error", "invalid_api_key"),
+    errors.ModelNotFound: ("invalid_request_error", "model_not_found"),
+    errors.PayloadTooLarge: ("invalid_request_error", "request_too_large"),
+    errors.Overloaded: ("rate_limit_error", "rate_limit_exceeded"),
+    errors.Unsupported: ("invalid_request_error", "unsupported_parameter"),
+    errors.RequestError: ("invalid_request_error", None),
+    errors.UpstreamRejected: ("invalid_request_error", None),
+    errors.UpstreamUnavailable: ("server_error", "upstream_unavailable"),
+    errors.UpstreamTimeout: ("server_error", "upstream_timeout"),
+    errors.UpstreamBroken: ("server_error", "upstream_error"),
+    errors.UpstreamError: ("server_error", "upstream_error"),
+    errors.GatewayError: ("server_error", "internal_error"),
+}
+
+
+def error_object(exc: errors.GatewayError) -> dict[str, Any]:
+    """`{"error": {"message", "type", "param", "code"}}` for any gateway error."""
+    kind, code = next(_ERROR_TYPES[c] for c in type(exc).__mro__ if c in _ERROR_TYPES)
+    return {"error": {"message": exc.message, "type": kind, "param": exc.field, "code": code}}
+
+
+def render_error(exc: errors.GatewayError) -> base.Rendered:
+    headers = {"retry-after": str(exc.retry_after)} if isinstance(exc, errors.Overloaded) else {}
+    return base.Rendered(exc.status, orjson.dumps(error_object(exc)), headers=headers)

@@ -1,0 +1,53 @@
+"""Turning request bytes into validated wire models, with errors that name the field."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from schemas import errors
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_object(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or InvalidRequest."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise errors.InvalidRequest(f"Request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise errors.InvalidRequest("Request body must be a JSON object")
+    return data
+
+
+def validate(model: type[M], data: dict[str, Any]) -> M:
+    """`model.model_validate` with pydantic's first error turned into InvalidRequest."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise as_invalid_request(exc) from None
+
+
+def as_invalid_request(exc: ValidationError) -> errors.InvalidRequest:
+    """The one place pydantic errors become gateway errors: "`field.path`: message"."""
+    first = exc.errors()[0]
+    loc = _dotted(first.get("loc", ()))
+    msg = first.get("msg", "is invalid")
+    text = f"`{loc}`: {msg}" if loc else str(msg)
+    more = len(exc.errors()) - 1
+    if more:
+        text += f" (and {more} more error{'s' if more > 1 else ''})"
+    return errors.InvalidRequest(text, field=loc or None)
+
+
+def _dotted(loc: tuple[int | str, ...] | Any) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out

@@ -1,0 +1,98 @@
+"""`gateway serve | check-config | simulate`, and `--version`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import sys
+from collections.abc import Sequence
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("inference-gateway")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gateway", description=(
+        "An LLM inference gateway: OpenAI, LMI/SageMaker, TGI and Elastic clients in front of "
+        "vLLM, TensorRT-LLM, TGI and OpenAI-compatible workers."))
+    p.add_argument("--version", action="version", version=f"gateway {version()}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway",
+                           description="Run the gateway. Without --config: model `demo` served "
+                                       "by a managed simulator worker.")
+    serve.add_argument("--config", help="YAML config file (default: the embedded demo config)")
+    serve.add_argument("--host", help="listen address (overrides server.host)")
+    serve.add_argument("--port", type=int, help="listen port (overrides server.port)")
+    serve.add_argument("--log-level", default="info",
+                       choices=["debug", "info", "warning", "error"])
+
+    check = sub.add_parser("check-config", help="validate a config file",
+                           description="Validate a config; print each error with its location.")
+    check.add_argument("file")
+
+    sim = sub.add_parser("simulate", help="run the simulator worker on its own",
+                         description="Run the simulator: a worker speaking vLLM's OpenAI API.")
+    from gateway.simulator import server as simulator
+
+    simulator.add_arguments(sim)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "check-config":
+        return check_config(args.file)
+    if args.command == "simulate":
+        from gateway.simulator import server as simulator
+
+        simulator.run_from_args(args)
+        return 0
+    return serve(args)
+
+
+def check_config(path: str) -> int:
+    from gateway import config
+
+    try:
+        config.load_config(path, os.environ)
+    except config.ConfigError as exc:
+        for problem in exc.problems:
+            print(f"{path}: {problem}", file=sys.stderr)
+        return 1
+    print(f"{path}: ok")
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway import app, config, observability
+
+    try:
+        cfg = config.load_config(args.config, os.environ)
+    except config.ConfigError as exc:
+        for problem in exc.problems:
+            print(f"{args.config or 'config'}: {problem}", file=sys.stderr)
+        return 1
+    server = cfg.server.model_copy(update={
+        k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None})
+    cfg = cfg.model_copy(update={"server": server})
+    observability.configure(args.log_level)
+    observability.logger().info("serving", host=server.host, port=server.port,
+                                models=[m.name for m in cfg.models], version=version())
+    uvicorn.run(
+        app.build_app(cfg), host=server.host, port=server.port, loop="uvloop",
+        http="httptools", lifespan="on", log_level="warning", access_log=False,
+        timeout_graceful_shutdown=int(server.drain_seconds) or None,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

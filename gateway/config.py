@@ -1,0 +1,167 @@
+"""The YAML configuration: frozen pydantic models, a default for every key, unknown keys refused.
+
+`load_config(path, environ)` merges `GATEWAY_SERVER__PORT=9000`-style variables into the raw
+mapping before validation, so every error names its location (`models[1].upstreams[0]`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_PREFIX = "GATEWAY_"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Timeouts(_Frozen):
+    connect: float = Field(5, gt=0)
+    first_byte: float = Field(120, gt=0)
+    idle: float = Field(60, gt=0)
+    request_read: float = Field(30, gt=0)
+
+
+class ServerConfig(_Frozen):
+    host: str = "0.0.0.0"
+    port: int = Field(8080, ge=0, le=65535)
+    api_keys: tuple[str, ...] = ()
+    max_request_bytes: int = Field(10 * 1024 * 1024, gt=0)
+    max_concurrent_requests: int = Field(1024, gt=0)
+    timeouts: Timeouts = Timeouts()
+    retries: int = Field(2, ge=0, le=10)  # further attempts before the first byte
+    drain_seconds: float = Field(30, ge=0)  # SIGTERM: time given to in-flight streams
+
+
+class LmiConfig(_Frozen):
+    tgi_compat: bool = False
+    output_formatter: Literal["jsonlines", "sse"] = "jsonlines"
+
+
+class ModelConfig(_Frozen):
+    name: str = Field(min_length=1)
+    aliases: tuple[str, ...] = ()
+    backend: Literal["vllm", "trtllm", "triton", "tgi", "openai"] = "vllm"
+    upstreams: tuple[str, ...] = ()
+    upstream_model: str | None = None
+    chat_template: str | None = None
+    lmi: LmiConfig = LmiConfig()
+
+    @field_validator("upstreams")
+    @classmethod
+    def _urls(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for url in v:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"upstream {url!r} must start with http:// or https://")
+        return tuple(u.rstrip("/") for u in v)
+
+
+class ElasticConfig(_Frozen):
+    framing: Literal["documented", "server"] = "documented"
+
+
+class WorkerConfig(_Frozen):
+    kind: Literal["vllm", "trtllm", "simulator"]
+    model: str
+    port: int = Field(0, ge=0, le=65535)  # 0: a free loopback port
+    host: str = "127.0.0.1"
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+    gpus: str | None = None
+    startup_timeout: float = Field(600, gt=0)
+    restart: Literal["always", "on-failure", "never"] = "always"
+
+
+class Config(_Frozen):
+    server: ServerConfig = ServerConfig()
+    default_model: str | None = None
+    models: tuple[ModelConfig, ...] = ()
+    elastic: ElasticConfig = ElasticConfig()
+    workers: tuple[WorkerConfig, ...] = ()
+
+    @model_validator(mode="after")
+    def _references(self) -> Config:
+        names: dict[str, int] = {}
+        for i, m in enumerate(self.models):
+            for name in (m.name, *m.aliases):
+                if name in names:
+                    raise ValueError(f"models[{i}]: name {name!r} is already used by "
+                                     f"models[{names[name]}]")
+                names[name] = i
+        if self.default_model is not None and self.default_model not in names:
+            raise ValueError(f"default_model: {self.default_model!r} is not a model name")
+        for i, w in enumerate(self.workers):
+            if w.model not in names:
+                raise ValueError(f"workers[{i}].model: {w.model!r} is not a model name")
+        return self
+
+
+class ConfigError(Exception):
+    """Every problem found, each with its location."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def default_config() -> Config:
+    """The embedded default: model `demo` served by a managed simulator on a free port."""
+    return Config(
+        default_model="demo",
+        models=(ModelConfig(name="demo", backend="vllm"),),
+        workers=(WorkerConfig(kind="simulator", model="demo", port=0),),
+    )
+
+
+def load_config(path: str | Path | None, environ: Mapping[str, str]) -> Config:
+    """Read, merge environment overrides, validate; raise ConfigError listing every problem."""
+    raw: Any = {}
+    if path is not None:
+        try:
+            raw = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError([f"{path}: {exc.strerror}"]) from None
+        except yaml.YAMLError as exc:
+            raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
+        if not isinstance(raw, dict):
+            raise ConfigError([f"{path}: the top level must be a mapping"])
+    else:
+        raw = default_config().model_dump(mode="json")
+    raw = apply_env(raw, environ)
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError([_problem(e) for e in exc.errors()]) from None
+
+
+def apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """`GATEWAY_SERVER__PORT=9000` sets raw["server"]["port"]; values are parsed as YAML."""
+    for key, value in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        path = [p.lower() for p in key[len(ENV_PREFIX):].split("__")]
+        if not all(path):
+            continue
+        node = raw
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node[path[-1]] = yaml.safe_load(value) if value else value
+    return raw
+
+
+def _problem(err: Any) -> str:
+    loc = ""
+    for part in err.get("loc", ()):
+        loc += f"[{part}]" if isinstance(part, int) else (("." if loc else "") + str(part))
+    msg = err.get("msg", "invalid")
+    if err.get("type") == "extra_forbidden":
+        msg = "unknown key"
+    return f"{loc or '(top level)'}: {msg}"

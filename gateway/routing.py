@@ -1,0 +1,52 @@
+"""Model names and aliases to the route a request takes: backend adapter, upstreams, names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from adapters import base, registry
+from gateway import balancer, config
+from schemas import errors
+
+
+@dataclass(slots=True)
+class Route:
+    """Everything the pipeline needs to serve one model."""
+
+    config: config.ModelConfig
+    backend: base.Backend
+    upstreams: balancer.Upstreams
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def upstream_model(self) -> str:
+        return self.config.upstream_model or self.config.name
+
+
+class Router:
+    """Resolves client-facing model names; `None` means the default model."""
+
+    def __init__(self, cfg: config.Config):
+        self.routes: dict[str, Route] = {}
+        self._by_name: dict[str, Route] = {}
+        for m in cfg.models:
+            route = Route(m, registry.backend(m.backend), balancer.Upstreams(m.upstreams))
+            self.routes[m.name] = route
+            for name in (m.name, *m.aliases):
+                self._by_name[name] = route
+        default = cfg.default_model or (cfg.models[0].name if cfg.models else None)
+        self.default = self.routes.get(default) if default else None
+
+    def resolve(self, name: str | None) -> Route:
+        if name is None or name == "":
+            if self.default is None:
+                raise errors.ModelNotFound("no model named and no `default_model` configured",
+                                           field="model")
+            return self.default
+        route = self._by_name.get(name)
+        if route is None:
+            raise errors.ModelNotFound(f"The model `{name}` does not exist.", field="model")
+        return route

@@ -1,0 +1,227 @@
+"""One client request, end to end, as a plain ASGI endpoint per client protocol.
+
+Body (bounded in size and time) -> frontend.parse -> route -> backend.check -> pipeline.open
+-> headers only once the first events are in -> one send per upstream read -> terminator.
+Every failure is rendered by the calling protocol's frontend: as a whole error response
+before the first byte, in-band after it. A client that disconnects cancels the exchange, which
+closes the upstream connection at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapters import base
+from gateway import config, observability, pipeline, routing
+from schemas import canonical, errors
+from schemas import events as ev
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+@dataclass
+class Services:
+    """What every endpoint shares: settings, routes, the pipeline, the in-flight count."""
+
+    config: config.Config
+    router: routing.Router
+    pipeline: pipeline.Pipeline
+    in_flight: int = 0
+    keys: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One request's state, for its answer and its log line."""
+
+    request_id: str
+    path: str
+    started: float
+    status: int = 0
+    model: str | None = None
+    stream: bool = False
+    first_event_at: float | None = None
+    usage: ev.Usage | None = None
+    error: str | None = None
+    outcome: str = "ok"
+    note: pipeline.Attempt = field(default_factory=pipeline.Attempt)
+    head_sent: bool = False
+    finishing: bool = False
+
+
+class ProtocolEndpoint:
+    """An ASGI app serving one client protocol's inference route."""
+
+    def __init__(self, frontend: base.Frontend, services: Services):
+        self.frontend = frontend
+        self.services = services
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        rid = headers.get("x-request-id") or uuid.uuid4().hex
+        x = Exchange(rid, scope["path"], time.perf_counter())
+        s = self.services
+        admitted = False
+        try:
+            check_key(s.keys, headers)
+            if s.in_flight >= s.config.server.max_concurrent_requests:
+                raise errors.Overloaded("too many requests in flight; retry later")
+            s.in_flight += 1
+            admitted = True
+            body = await read_body(receive, headers, s.config.server)
+            ctx = base.RequestContext(scope["path"], scope.get("path_params") or {}, headers)
+            await self._watched(self._exchange(body, ctx, x, send), receive, x)
+        except errors.GatewayError as exc:
+            await self._fail(exc, x, send)
+        except Exception as exc:  # a bug: logged with its traceback, answered cleanly
+            observability.log_bug(rid, exc)
+            await self._fail(errors.GatewayError("internal gateway error"), x, send)
+        finally:
+            if admitted:
+                s.in_flight -= 1
+            observability.log_exchange(x)
+
+    async def _watched(self, work: Awaitable[None], receive: Receive, x: Exchange) -> None:
+        """Run `work`; if the client disconnects first, cancel it (which closes the upstream)."""
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.ensure_future(_watch_disconnect(receive, task, x))
+        try:
+            await work
+        except asyncio.CancelledError:
+            if x.outcome != "client_closed":
+                raise
+            task.uncancel()
+        finally:
+            watcher.cancel()
+
+    async def _exchange(self, body: bytes, ctx: base.RequestContext, x: Exchange,
+                        send: Send) -> None:
+        s = self.services
+        req = self.frontend.parse(body, ctx)
+        route = s.router.resolve(req.model)
+        route.backend.check(req)
+        x.model, x.stream = route.name, req.stream
+        meta = base.ResponseMeta(uuid.uuid4().hex, int(time.time()), req.model or route.name, x.request_id)
+        opened = await s.pipeline.open(route, req, x.request_id, x.note)
+        x.first_event_at = time.perf_counter()
+        batches = s.pipeline.batches(opened)
+        if req.stream:
+            await self._stream(req, meta, batches, x, send)
+        else:
+            await self._whole(req, meta, batches, x, send)
+
+    async def _stream(self, req: canonical.InferenceRequest, meta: base.ResponseMeta,
+                      batches: Any, x: Exchange, send: Send) -> None:
+        enc = self.frontend.encoder(req, meta)
+        await self._head(200, enc.media_type, {"cache-control": "no-cache"}, x, send)
+        try:
+            async for batch in batches:
+                out = b"".join([enc.encode(e) for e in batch])
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                if isinstance(batch[-1], ev.Usage):
+                    x.usage = batch[-1]
+            tail = enc.finish()
+        except errors.GatewayError as exc:  # after the first byte: in-band, never a quiet cut
+            x.error, x.outcome = exc.message, "upstream_error"
+            tail = enc.fail(exc)
+        except Exception as exc:
+            observability.log_bug(x.request_id, exc)
+            x.error, x.outcome = str(exc), "bug"
+            tail = enc.fail(errors.GatewayError("internal gateway error"))
+        finally:
+            await batches.aclose()
+        x.finishing = True
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    async def _whole(self, req: canonical.InferenceRequest, meta: base.ResponseMeta,
+                     batches: Any, x: Exchange, send: Send) -> None:
+        done = canonical.Completion.fold((), req.choice_count)
+        async for batch in batches:
+            for e in batch:
+                done.add(e)
+        x.usage = done.usage
+        out = self.frontend.render(req, done, meta)
+        await self._whole_response(out, x, send)
+
+    async def _head(self, status: int, media_type: str, extra: dict[str, str], x: Exchange,
+                    send: Send) -> None:
+        hdrs = [(b"content-type", media_type.encode()), (b"x-request-id", x.request_id.encode())]
+        hdrs += [(k.encode(), v.encode()) for k, v in extra.items()]
+        x.status, x.head_sent = status, True
+        await send({"type": "http.response.start", "status": status, "headers": hdrs})
+
+    async def _whole_response(self, out: base.Rendered, x: Exchange, send: Send) -> None:
+        await self._head(out.status, out.media_type, out.headers, x, send)
+        x.finishing = True
+        await send({"type": "http.response.body", "body": out.body, "more_body": False})
+
+    async def _fail(self, exc: errors.GatewayError, x: Exchange, send: Send) -> None:
+        x.error = exc.message
+        if x.outcome == "ok":
+            x.outcome = "client_error" if isinstance(exc, errors.RequestError) else "error"
+        if x.head_sent:
+            return
+        try:
+            await self._whole_response(self.frontend.render_error(exc), x, send)
+        except OSError:  # the client is gone; nothing left to tell it
+            x.outcome = "client_closed"
+
+
+async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any], x: Exchange) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            if not x.finishing:
+                x.outcome = "client_closed"
+                task.cancel()
+            return
+
+
+async def read_body(receive: Receive, headers: dict[str, str], server: config.ServerConfig) -> bytes:
+    """The whole request body, refused past `max_request_bytes` or `timeouts.request_read`."""
+    limit = server.max_request_bytes
+    declared = headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise errors.PayloadTooLarge(f"the request body exceeds {limit} bytes")
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(server.timeouts.request_read):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise errors.InvalidRequest("the client closed the request before its end")
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise errors.PayloadTooLarge(f"the request body exceeds {limit} bytes")
+                parts.append(chunk)
+                if not message.get("more_body", False):
+                    return parts[0] if len(parts) == 1 else b"".join(parts)
+    except TimeoutError:
+        raise errors.InvalidRequest(
+            f"the request body did not arrive within {server.timeouts.request_read:g}s",
+            status=408) from None
+
+
+def check_key(keys: frozenset[str], headers: dict[str, str]) -> None:
+    """`Authorization: Bearer K` (or Elastic's `ApiKey K`) or `x-api-key: K` when keys are set."""
+    if not keys:
+        return
+    auth = headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() in ("bearer", "apikey") and token.strip() in keys:
+        return
+    if headers.get("x-api-key", "") in keys:
+        return
+    raise errors.Unauthorized("a valid API key is required")

@@ -1,0 +1,151 @@
+"""The pooled HTTP client that talks to workers, behind a small interface of ours.
+
+Production uses aiohttp directly (one session, unlimited connector, reads that take whatever the
+socket holds): the benchmark in bench/ measured it against httpx (see README, Performance).
+`HttpxClient` serves the same interface for respx-mocked tests and for that comparison.
+Foreign exceptions are translated once, here: before the status line they are
+`UpstreamUnavailable` (retryable), after it `UpstreamBroken`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Protocol
+
+import aiohttp
+import httpx
+
+from adapters import base
+from schemas import errors
+
+
+class UpstreamResponse(Protocol):
+    status: int
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """Body bytes as they arrive, in whatever pieces the socket gives."""
+        ...
+
+    async def read(self) -> bytes: ...
+
+    async def aclose(self) -> None:
+        """Close at once; an unfinished body closes the connection so the worker aborts."""
+        ...
+
+
+class UpstreamClient(Protocol):
+    async def send(self, req: base.UpstreamRequest) -> UpstreamResponse: ...
+
+    async def probe(self, url: str, timeout: float) -> int:
+        """GET a health URL; its status, or 0 when nothing answered."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@contextlib.contextmanager
+def map_errors(before_status: bool) -> Iterator[None]:
+    """Transport failures to the gateway's tree; the phase decides whether a retry may help."""
+    try:
+        yield
+    except (aiohttp.ClientError, httpx.TransportError, OSError) as exc:
+        what = f"{type(exc).__name__}: {exc}".rstrip(": ")
+        if before_status:
+            raise errors.UpstreamUnavailable(f"the worker could not be reached ({what})") from exc
+        raise errors.UpstreamBroken(f"the worker's answer broke off ({what})") from exc
+
+
+class AiohttpResponse:
+    __slots__ = ("_resp", "status")
+
+    def __init__(self, resp: aiohttp.ClientResponse):
+        self._resp = resp
+        self.status = resp.status
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        with map_errors(before_status=False):
+            async for data in self._resp.content.iter_any():
+                yield data
+
+    async def read(self) -> bytes:
+        with map_errors(before_status=False):
+            return await self._resp.read()
+
+    async def aclose(self) -> None:
+        if self._resp.content.at_eof():
+            self._resp.release()
+        else:
+            self._resp.close()
+
+
+class AiohttpClient:
+    """One aiohttp session for every worker; created inside the running loop."""
+
+    def __init__(self, connect_timeout: float):
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=10),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def send(self, req: base.UpstreamRequest) -> UpstreamResponse:
+        with map_errors(before_status=True):
+            resp = await self._session.request(
+                req.method, req.url, data=req.body, headers=req.headers)
+        return AiohttpResponse(resp)
+
+    async def probe(self, url: str, timeout: float) -> int:
+        try:
+            async with self._session.get(
+                    url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                return resp.status
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            return 0
+
+    async def aclose(self) -> None:
+        await self._session.close()
+
+
+class HttpxResponse:
+    __slots__ = ("_resp", "status")
+
+    def __init__(self, resp: httpx.Response):
+        self._resp = resp
+        self.status = resp.status_code
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        with map_errors(before_status=False):
+            async for data in self._resp.aiter_raw():
+                yield data
+
+    async def read(self) -> bytes:
+        with map_errors(before_status=False):
+            return await self._resp.aread()
+
+    async def aclose(self) -> None:
+        await self._resp.aclose()
+
+
+class HttpxClient:
+    """The same interface over an httpx.AsyncClient (respx-mocked in tests)."""
+
+    def __init__(self, client: httpx.AsyncClient):
+        self._client = client
+
+    async def send(self, req: base.UpstreamRequest) -> UpstreamResponse:
+        with map_errors(before_status=True):
+            request = self._client.build_request(
+                req.method, req.url, content=req.body, headers=req.headers)
+            resp = await self._client.send(request, stream=True)
+        return HttpxResponse(resp)
+
+    async def probe(self, url: str, timeout: float) -> int:
+        try:
+            return (await self._client.get(url, timeout=timeout)).status_code
+        except (httpx.HTTPError, OSError):
+            return 0
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

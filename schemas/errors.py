@@ -1,0 +1,116 @@
+"""The one exception tree every layer raises and every client adapter renders.
+
+    GatewayError (500)
+    ├─ RequestError (4xx, the caller can fix it)
+    │    ├─ InvalidRequest 400 (.field)
+    │    ├─ Unauthorized 401
+    │    ├─ ModelNotFound 404
+    │    ├─ PayloadTooLarge 413
+    │    ├─ Overloaded 429 (the gateway's own concurrency limit)
+    │    └─ Unsupported 400 (the worker cannot do what was asked)
+    ├─ UpstreamRejected (the worker's own 4xx status and message, passed on)
+    └─ UpstreamError (5xx, the worker failed)
+         ├─ UpstreamUnavailable 503 (before the first byte; retryable)
+         ├─ UpstreamTimeout 504
+         └─ UpstreamBroken 502 (failed, malformed or unfinished)
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base: carries the HTTP status a client protocol renders by default."""
+
+    status: int = 500
+    kind: str = "internal_error"
+
+    def __init__(self, message: str, *, field: str | None = None, status: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if status is not None:
+            self.status = status
+
+
+class RequestError(GatewayError):
+    """The caller can fix it."""
+
+    status = 400
+    kind = "invalid_request"
+
+
+class InvalidRequest(RequestError):
+    """A field is missing, malformed or out of range; `field` names it."""
+
+
+class Unauthorized(RequestError):
+    status = 401
+    kind = "unauthorized"
+
+
+class ModelNotFound(RequestError):
+    status = 404
+    kind = "model_not_found"
+
+
+class PayloadTooLarge(RequestError):
+    status = 413
+    kind = "payload_too_large"
+
+
+class Overloaded(RequestError):
+    """The gateway is at `max_concurrent_requests`; the client should retry later."""
+
+    status = 429
+    kind = "overloaded"
+    retry_after = 1
+
+
+class Unsupported(RequestError):
+    """The worker kind cannot do what the client asked (token ids, n>1, ...)."""
+
+    kind = "unsupported"
+
+
+class UpstreamRejected(GatewayError):
+    """The worker refused the request (a 4xx of its own); its status and message pass on."""
+
+    status = 400
+    kind = "upstream_rejected"
+
+
+class UpstreamError(GatewayError):
+    """The worker failed."""
+
+    status = 502
+    kind = "upstream_error"
+
+
+class UpstreamUnavailable(UpstreamError):
+    """No answer could be had before the first byte; another upstream may serve it."""
+
+    status = 503
+    kind = "upstream_unavailable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    kind = "upstream_timeout"
+
+
+class UpstreamBroken(UpstreamError):
+    """The worker's answer failed, was malformed, or ended without its terminal event."""
+
+    status = 502
+    kind = "upstream_broken"
+
+
+def all_error_classes() -> list[type[GatewayError]]:
+    """Every class of the tree, for tests that walk all errors through all frontends."""
+    found: list[type[GatewayError]] = []
+    pending: list[type[GatewayError]] = [GatewayError]
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found

@@ -1,0 +1,109 @@
+"""Canonical stream events: what every worker decoder yields and every client encoder consumes.
+
+Plain slotted dataclasses, not pydantic: one is made per token on the hot path.
+An upstream failure is not an event: decoders raise a `GatewayError` (see errors.py), and the
+relay turns it into the client protocol's in-band error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# The richest form a worker can tell us; encoders coarsen it (OpenAI "stop", LMI "eos_token").
+FinishReason = Literal[
+    "eos", "stop_string", "stop_token", "length", "tool_calls", "content_filter", "abort", "error"
+]
+
+
+@dataclass(slots=True)
+class TopLogprob:
+    """One alternative token at a position."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    id: int | None = None
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    """The sampled token at one position, with its alternatives."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    id: int | None = None
+    top: list[TopLogprob] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Role:
+    """A choice starts; workers that never say so get one synthesised by encoders."""
+
+    choice: int
+    role: str = "assistant"
+
+
+@dataclass(slots=True)
+class TextDelta:
+    """Generated text for one choice, with the token ids and logprobs behind it when known."""
+
+    choice: int
+    text: str
+    token_ids: list[int] | None = None
+    logprobs: list[TokenLogprob] | None = None
+
+
+@dataclass(slots=True)
+class ReasoningDelta:
+    """Reasoning ("thinking") text, kept apart from the answer."""
+
+    choice: int
+    text: str
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """A fragment of one tool call; id and name come with the first fragment of a call."""
+
+    choice: int
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class Finish:
+    """A choice ended; `matched` is the stop string or stop token id when one ended it."""
+
+    choice: int
+    reason: FinishReason
+    matched: str | int | None = None
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token counts for the whole request."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(slots=True)
+class PromptInfo:
+    """What a worker says about the prompt: its token ids and per-token logprobs."""
+
+    choice: int
+    token_ids: list[int] | None = None
+    logprobs: list[TokenLogprob | None] | None = None
+
+
+Event = Role | TextDelta | ReasoningDelta | ToolCallDelta | Finish | Usage | PromptInfo
