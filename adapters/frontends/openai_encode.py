@@ -57,7 +57,8 @@ def completion_logprobs(lps: list[ev.TokenLogprob] | None, offset: int) -> dict[
 class _Chunks:
     """Pre-encoded chunk head and tail shared by the two stream encoders."""
 
-    media_type = "text/event-stream"
+    # OpenAI and vLLM both answer streams with this exact media type.
+    media_type = "text/event-stream; charset=utf-8"
 
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta, obj: str,
                  id_prefix: str):

@@ -1,0 +1,51 @@
+"""Golden transcripts of the vLLM worker protocol: the upstream request we build for a client
+request, and the canonical events decoded from a worker's recorded bytes.
+
+Worker bytes follow vLLM 0.11 (`serving_chat.py` / `serving_completion.py`,
+`model_dump_json(exclude_unset=True)`; usage order prompt, total, completion from
+`engine/protocol.py UsageInfo`) as collected in shared/research/wire-formats.md section 3.
+The in-band error case is vLLM's mid-stream `data: {"error": {...}}` then `data: [DONE]` (3.5).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from adapters import base
+from adapters.backends import vllm
+from adapters.frontends import openai as frontend
+from schemas import canonical, errors
+from tests.golden import runner
+
+TARGET = base.Target("http://worker:8000/", "meta-llama/Llama-3.1-8B-Instruct")
+
+
+def parse(case: Path) -> canonical.InferenceRequest:
+    body = (case / "request.json").read_bytes()
+    fe = frontend.OpenAIChatFrontend() if b'"messages"' in body else \
+        frontend.OpenAICompletionsFrontend()
+    return fe.parse(body, base.RequestContext())
+
+
+@pytest.mark.parametrize("case", runner.cases("vllm"), ids=lambda p: p.name)
+def test_upstream_request(case: Path, update_goldens: bool) -> None:
+    req = parse(case)
+    up = vllm.VllmBackend().build(req, TARGET)
+    pretty = orjson.dumps(orjson.loads(up.body), option=orjson.OPT_INDENT_2)
+    runner.check_bytes(case / "upstream.txt",
+                       f"{up.method} {up.url}\n".encode() + pretty + b"\n", update_goldens)
+
+
+@pytest.mark.parametrize("case", runner.cases("vllm"), ids=lambda p: p.name)
+def test_worker_bytes_to_events(case: Path, update_goldens: bool) -> None:
+    req = parse(case)
+    dec = vllm.VllmBackend().decoder(req, streaming=req.stream)
+    try:
+        events = dec.feed((case / "worker.txt").read_bytes()) + dec.close()
+        text = runner.dump_events(events)
+    except errors.GatewayError as exc:
+        text = orjson.dumps({"raise": type(exc).__name__, "message": exc.message}).decode() + "\n"
+    runner.check_bytes(case / "events.jsonl", text.encode(), update_goldens)
