@@ -117,7 +117,7 @@ class HttpxResponse:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         with map_errors(before_status=False):
-            async for data in self._resp.aiter_raw():
+            async for data in self._resp.aiter_bytes():
                 yield data
 
     async def read(self) -> bytes:

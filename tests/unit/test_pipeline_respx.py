@@ -1,0 +1,210 @@
+"""The pipeline at the upstream seam, with respx-mocked workers: retries before the first
+byte, refusals, in-band errors after it, and the error bodies clients get."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import respx
+
+from gateway import app as gateway_app
+from gateway import config, upstream
+
+UP1, UP2 = "http://up1:8000", "http://up2:8000"
+CHAT = {"model": "demo", "messages": [{"role": "user", "content": "Hi"}]}
+SSE_OK = (
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+    b'[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+    b'[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]}\n\n'
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+    b'[{"index":0,"delta":{},"finish_reason":"stop","stop_reason":null}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+WHOLE_OK = orjson.dumps({
+    "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"},
+                 "finish_reason": "stop", "stop_reason": None}],
+    "usage": {"prompt_tokens": 3, "total_tokens": 4, "completion_tokens": 1}})
+
+
+class Broken(httpx.AsyncByteStream):
+    """A worker body that sends `parts` and then breaks off."""
+
+    def __init__(self, parts: list[bytes]):
+        self.parts = parts
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for p in self.parts:
+            yield p
+        raise httpx.ReadError("connection reset by peer")
+
+
+def make_config(**server: Any) -> config.Config:
+    return config.Config.model_validate({
+        "server": server, "default_model": "demo",
+        "models": [{"name": "demo", "aliases": ["d"], "backend": "vllm",
+                    "upstreams": [UP1, UP2], "upstream_model": "org/model"}]})
+
+
+async def call(router: respx.MockRouter, body: dict[str, Any] | bytes,
+               cfg: config.Config | None = None, headers: dict[str, str] | None = None,
+               path: str = "/v1/chat/completions") -> httpx.Response:
+    def factory(_: config.Config) -> upstream.UpstreamClient:
+        return upstream.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
+            router.async_handler)))
+
+    app = gateway_app.build_app(cfg or make_config(), factory)
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://gw") as client:
+            return await client.post(path, content=content, headers=headers or {})
+
+
+@pytest.mark.anyio
+async def test_connect_failure_on_first_upstream_is_retried_on_second() -> None:
+    with respx.mock(assert_all_called=True) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(side_effect=httpx.ConnectError("refused"))
+        ok = r.post(f"{UP2}/v1/chat/completions").mock(return_value=httpx.Response(200, content=WHOLE_OK))
+        resp = await call(r, CHAT)
+    assert resp.status_code == 200
+    assert resp.json()["choices"][0]["message"]["content"] == "Hello"
+    assert orjson.loads(ok.calls.last.request.content)["model"] == "org/model"
+
+
+@pytest.mark.anyio
+async def test_worker_503_before_first_byte_is_retried_and_stream_succeeds() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            503, json={"error": {"message": "busy", "type": "ServiceUnavailableError",
+                                 "param": None, "code": 503}}))
+        r.post(f"{UP2}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, content=SSE_OK, headers={"content-type": "text/event-stream"}))
+        resp = await call(r, {**CHAT, "stream": True})
+    assert resp.status_code == 200
+    assert resp.text.endswith("data: [DONE]\n\n")
+    assert '"content":"Hello"' in resp.text
+
+
+@pytest.mark.anyio
+async def test_all_upstreams_down_gives_503_in_openai_error_body() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        down = r.post(url__startswith="http://up").mock(
+            side_effect=httpx.ConnectError("refused"))
+        resp = await call(r, {**CHAT, "stream": True})
+    assert resp.status_code == 503
+    err = resp.json()["error"]
+    assert err["type"] == "server_error" and err["code"] == "upstream_unavailable"
+    assert set(err) == {"message", "type", "param", "code"}
+    assert down.call_count == 3  # one attempt and two bounded retries
+
+
+@pytest.mark.anyio
+async def test_worker_5xx_everywhere_gives_502() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        r.post(url__startswith="http://up").mock(return_value=httpx.Response(500, text="boom"))
+        resp = await call(r, CHAT)
+    assert resp.status_code == 502
+    assert "boom" in resp.json()["error"]["message"]
+
+
+@pytest.mark.anyio
+async def test_worker_4xx_is_passed_on_and_never_retried() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        first = r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            400, json={"error": {"message": "bad `top_k`", "type": "BadRequestError",
+                                 "param": None, "code": 400}}))
+        second = r.post(f"{UP2}/v1/chat/completions").mock(return_value=httpx.Response(200))
+        resp = await call(r, CHAT)
+    assert resp.status_code == 400
+    assert resp.json()["error"]["message"] == "bad `top_k`"
+    assert first.call_count == 1 and second.call_count == 0
+
+
+@pytest.mark.anyio
+async def test_mid_stream_break_ends_with_in_band_error_not_silence() -> None:
+    head = SSE_OK.split(b"\n\n")[0] + b"\n\n" + SSE_OK.split(b"\n\n")[1] + b"\n\n"
+    with respx.mock(assert_all_called=False) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=Broken([head])))
+        resp = await call(r, {**CHAT, "stream": True})
+    assert resp.status_code == 200
+    events = [e for e in resp.text.split("\n\n") if e]
+    assert '"content":"Hello"' in events[1]
+    error = orjson.loads(events[-2].removeprefix("data: "))
+    assert error["error"]["type"] == "server_error"
+    assert "broke off" in error["error"]["message"]
+    assert events[-1] == "data: [DONE]"
+
+
+@pytest.mark.anyio
+async def test_stream_that_ends_without_done_is_an_error() -> None:
+    cut = SSE_OK.replace(b"data: [DONE]\n\n", b"")
+    with respx.mock(assert_all_called=False) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(200, content=cut))
+        resp = await call(r, {**CHAT, "stream": True})
+    assert resp.status_code == 200
+    assert "[DONE]" in resp.text and "before `data: [DONE]`" in resp.text
+
+
+@pytest.mark.anyio
+async def test_request_id_goes_upstream_and_comes_back() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        route = r.post(f"{UP1}/v1/chat/completions").mock(
+            return_value=httpx.Response(200, content=WHOLE_OK))
+        resp = await call(r, CHAT, headers={"x-request-id": "abc-123"})
+    assert resp.headers["x-request-id"] == "abc-123"
+    assert route.calls.last.request.headers["x-request-id"] == "abc-123"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("body", "status", "param"), [
+    (b"{not json", 400, None),
+    ({"model": "nope", "messages": [{"role": "user", "content": "x"}]}, 404, "model"),
+    ({"model": "demo", "messages": []}, 400, "messages"),
+    ({"model": "demo", "messages": [{"role": "user", "content": "x"}], "temperature": 5}, 400,
+     "temperature"),
+    ({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+      "stream_options": {"include_usage": True}}, 400, "stream_options"),
+])
+async def test_bad_requests_get_4xx_naming_the_field(body: Any, status: int,
+                                                     param: str | None) -> None:
+    with respx.mock(assert_all_called=False) as r:
+        anything = r.route().mock(return_value=httpx.Response(200))
+        resp = await call(r, body)
+        assert anything.call_count == 0
+    assert resp.status_code == status
+    assert resp.json()["error"]["param"] == param
+
+
+@pytest.mark.anyio
+async def test_body_over_limit_is_413() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        resp = await call(r, {**CHAT, "pad": "x" * 2000}, make_config(max_request_bytes=1000))
+    assert resp.status_code == 413
+    assert resp.json()["error"]["code"] == "request_too_large"
+
+
+@pytest.mark.anyio
+async def test_api_keys_are_enforced() -> None:
+    cfg = make_config(api_keys=["k1"])
+    with respx.mock(assert_all_called=False) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(200, content=WHOLE_OK))
+        denied = await call(r, CHAT, cfg)
+        allowed = await call(r, CHAT, cfg, headers={"authorization": "Bearer k1"})
+        also = await call(r, CHAT, cfg, headers={"x-api-key": "k1"})
+    assert denied.status_code == 401
+    assert allowed.status_code == 200 and also.status_code == 200
+
+
+@pytest.mark.anyio
+async def test_alias_resolves_and_the_client_sees_its_own_model_name() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(200, content=WHOLE_OK))
+        resp = await call(r, {**CHAT, "model": "d"})
+    assert resp.status_code == 200 and resp.json()["model"] == "d"
