@@ -8,9 +8,12 @@ vLLM clients send them (wire-formats.md section 3.1).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# JSON numbers beyond 64 bits cannot be sent on to any worker; refuse them at the edge.
+Int = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 
 
 class _Open(BaseModel):
@@ -73,18 +76,18 @@ class StreamOptions(_Open):
 class SamplingExtras(_Open):
     """vLLM's sampling extras that the canonical model carries."""
 
-    top_k: int | None = None
+    top_k: Int | None = None
     min_p: float | None = Field(default=None, ge=0, le=1)
     typical_p: float | None = None
     repetition_penalty: float | None = Field(default=None, gt=0)
     length_penalty: float | None = None
-    min_tokens: int | None = Field(default=None, ge=0)
-    stop_token_ids: list[int] | None = None
+    min_tokens: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    stop_token_ids: list[Int] | None = None
     ignore_eos: bool | None = None
-    best_of: int | None = Field(default=None, ge=1)
+    best_of: int | None = Field(default=None, ge=1, le=2**63 - 1)
     skip_special_tokens: bool | None = None
-    truncate_prompt_tokens: int | None = Field(default=None, ge=1)
-    prompt_logprobs: int | None = Field(default=None, ge=0)
+    truncate_prompt_tokens: int | None = Field(default=None, ge=1, le=2**63 - 1)
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=2**63 - 1)
     return_token_ids: bool | None = None
 
 
@@ -93,9 +96,9 @@ class CommonRequest(SamplingExtras):
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=2**63 - 1)
     n: int = Field(default=1, ge=1, le=128)
-    seed: int | None = None
+    seed: Int | None = None
     stop: str | list[str] | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
@@ -108,7 +111,7 @@ class ChatCompletionRequest(CommonRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=2**63 - 1)
     tools: list[ToolSpec] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -117,7 +120,7 @@ class ChatCompletionRequest(CommonRequest):
 
 
 class CompletionRequest(CommonRequest):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: str | list[str] | list[Int] | list[list[Int]]
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: bool | None = False
     suffix: str | None = None
