@@ -1,0 +1,110 @@
+"""Real processes for integration tests: free loopback ports, bounded waits, stop by own PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Proc:
+    """A child process started for a test, with its log file."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None):
+        self.log = log
+        self._out = log.open("wb")
+        self.popen = subprocess.Popen(
+            args, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})})
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def wait_http(self, url: str, timeout: float = 20.0) -> None:
+        """Until `url` answers 200; fails with the log if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"process exited {self.popen.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(url, timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"{url} not healthy within {timeout}s:\n{self.output()}")
+
+    def output(self) -> str:
+        self._out.flush()
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def stop(self, sig: int = signal.SIGTERM, grace: float = 10.0) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        self._out.close()
+        return self.popen.returncode
+
+
+def simulator(tmp: Path, *args: str) -> tuple[Proc, str]:
+    port = free_port()
+    proc = Proc([sys.executable, "-m", "gateway.simulator", "--host", "127.0.0.1",
+                 "--port", str(port), *args], tmp / f"sim-{port}.log")
+    url = f"http://127.0.0.1:{port}"
+    proc.wait_http(url + "/health")
+    return proc, url
+
+
+def gateway(tmp: Path, config_text: str | None, env: dict[str, str] | None = None) -> tuple[Proc, str]:
+    port = free_port()
+    args = [sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    if config_text is not None:
+        cfg = tmp / f"gateway-{port}.yaml"
+        cfg.write_text(config_text)
+        args += ["--config", str(cfg)]
+    proc = Proc(args, tmp / f"gateway-{port}.log", env)
+    url = f"http://127.0.0.1:{port}"
+    proc.wait_http(url + "/health", timeout=30)
+    return proc, url
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of `pid`, from /proc."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -1,0 +1,114 @@
+"""Faults against real processes: retries across upstreams, all upstreams down, the client
+disconnecting mid-stream, and the embedded default (`gateway serve` with no config)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from tests.integration import procs
+
+pytestmark = pytest.mark.integration
+
+MSG = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    proc, url = procs.simulator(tmp_path_factory.mktemp("faults-sim"))
+    try:
+        yield url
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory, sim: str) -> Iterator[str]:
+    dead = f"http://127.0.0.1:{procs.free_port()}"  # nothing listens there
+    proc, url = procs.gateway(tmp_path_factory.mktemp("faults-gw"), f"""
+server: {{retries: 2, timeouts: {{first_byte: 10, idle: 5}}}}
+default_model: flaky
+models:
+  - name: flaky
+    upstreams: [{dead}, {sim}]
+  - name: single
+    upstreams: [{sim}]
+  - name: down
+    upstreams: [{dead}]
+""")
+    try:
+        yield url
+    finally:
+        proc.stop()
+
+
+def sdk(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=20)
+
+
+def test_dead_first_upstream_then_success_on_the_second(gw: str) -> None:
+    for _ in range(4):  # round robin starts on each upstream in turn; every call succeeds
+        r = sdk(gw).chat.completions.create(model="flaky", messages=MSG, max_tokens=3)
+        assert r.choices[0].message.content
+
+
+def test_worker_refusing_before_first_byte_is_retried(gw: str, sim: str) -> None:
+    msgs = [{"role": "user", "content": "x [[sim fail=503 fail_times=1]]"}]
+    chunks = list(sdk(gw).chat.completions.create(model="single", messages=msgs, max_tokens=3,
+                                                   stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def test_all_upstreams_down_is_503_in_openai_error_body(gw: str) -> None:
+    resp = httpx.post(gw + "/v1/chat/completions", timeout=20,
+                      json={"model": "down", "messages": MSG, "stream": True})
+    assert resp.status_code == 503
+    assert resp.json()["error"]["code"] == "upstream_unavailable"
+    with pytest.raises(openai.InternalServerError):
+        sdk(gw).chat.completions.create(model="down", messages=MSG)
+
+
+def test_client_disconnect_closes_the_worker_connection_within_a_second(gw: str,
+                                                                         sim: str) -> None:
+    httpx.post(sim + "/_sim/reset", timeout=5)
+    body = {"model": "single", "stream": True, "max_tokens": 500,
+            "messages": [{"role": "user", "content": "slow [[sim itl_ms=200 tokens=500]]"}]}
+    with httpx.Client(timeout=10) as client:
+        with client.stream("POST", gw + "/v1/chat/completions", json=body) as resp:
+            assert resp.status_code == 200
+            for line in resp.iter_lines():
+                if '"content":"' in line and '"content":""' not in line:
+                    break  # a token arrived: the generation is under way
+            closed_at = time.time()
+    deadline = time.monotonic() + 3
+    stats: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        stats = httpx.get(sim + "/_sim/stats", timeout=2).json()
+        if stats["aborted"] >= 1:
+            break
+        time.sleep(0.02)
+    assert stats["aborted"] >= 1, stats
+    assert stats["last_abort_at"] - closed_at < 1.0
+    assert stats["active"] == 0
+
+
+def test_default_serve_runs_demo_on_a_managed_simulator(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    proc, url = procs.gateway(tmp_path, None)
+    try:
+        r = sdk(url).chat.completions.create(model="demo", messages=MSG, max_tokens=3)
+        assert r.choices[0].message.content and r.model == "demo"
+        workers = procs.children_of(proc.pid)
+        assert workers, "the managed simulator should be a child of the gateway"
+    finally:
+        code = proc.stop(signal.SIGTERM)
+    assert code == 0
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(procs.alive(p) for p in workers):
+        time.sleep(0.05)
+    assert not any(procs.alive(p) for p in workers), "the worker outlived the gateway"
+    assert '"event":"worker_healthy"' in proc.output()

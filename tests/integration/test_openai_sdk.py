@@ -1,0 +1,195 @@
+"""The official openai SDK against a running gateway in front of the simulator worker.
+
+The gateway and the simulator run as real processes on free loopback ports; the SDK is used
+exactly as an application would, with only its base_url pointed at the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.integration import procs
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("sdk")
+    sim, sim_url = procs.simulator(tmp)
+    gw, url = procs.gateway(tmp, f"""
+server: {{timeouts: {{first_byte: 10, idle: 5}}}}
+default_model: demo
+models:
+  - name: demo
+    aliases: [demo-alias]
+    backend: vllm
+    upstreams: [{sim_url}]
+    upstream_model: org/demo-model
+""")
+    try:
+        yield url
+    finally:
+        gw.stop()
+        sim.stop()
+
+
+@pytest.fixture
+def client(gateway_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway_url + "/v1", api_key="unused", max_retries=0,
+                         timeout=20)
+
+
+MSG = [{"role": "user", "content": "Tell me something"}]
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+def test_chat_whole(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(model="demo", messages=MSG, max_tokens=5)
+    assert r.object == "chat.completion" and r.model == "demo"
+    assert r.choices[0].message.role == "assistant" and r.choices[0].message.content
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage is not None and r.usage.completion_tokens == 5
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 5
+
+
+def test_chat_stream_with_usage_matches_whole(client: openai.OpenAI) -> None:
+    whole = client.chat.completions.create(model="demo", messages=MSG, max_tokens=6, seed=3)
+    chunks = list(client.chat.completions.create(
+        model="demo", messages=MSG, max_tokens=6, seed=3, stream=True,
+        stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 6
+    assert all(c.usage is None for c in chunks[:-1])
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_chat_n2_and_logprobs(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(model="demo-alias", messages=MSG, n=2, max_tokens=4,
+                                       logprobs=True, top_logprobs=2, temperature=1.0)
+    assert r.model == "demo-alias" and [c.index for c in r.choices] == [0, 1]
+    for c in r.choices:
+        assert c.logprobs is not None and c.logprobs.content is not None
+        assert len(c.logprobs.content) == 4
+        assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in c.logprobs.content)
+        assert "".join(t.token for t in c.logprobs.content) == c.message.content
+    stream = list(client.chat.completions.create(
+        model="demo", messages=MSG, n=2, max_tokens=3, logprobs=True, top_logprobs=1,
+        stream=True))
+    by_choice: dict[int, str] = {0: "", 1: ""}
+    for chunk in stream:
+        for c in chunk.choices:
+            by_choice[c.index] += c.delta.content or ""
+            if c.delta.content:
+                assert c.logprobs is not None and c.logprobs.content
+    assert all(by_choice.values())
+
+
+def test_chat_tools_whole_and_stream(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(model="demo", messages=MSG, tools=TOOLS,
+                                       tool_choice="auto")
+    call = r.choices[0].message.tool_calls[0]
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "get_weather" and "city" in json.loads(call.function.arguments)
+    name, args, ids = "", "", set()
+    finish = None
+    for chunk in client.chat.completions.create(model="demo", messages=MSG, tools=TOOLS,
+                                                stream=True):
+        for c in chunk.choices:
+            for t in c.delta.tool_calls or ():
+                name += t.function.name or "" if t.function else ""
+                args += t.function.arguments or "" if t.function else ""
+                if t.id:
+                    ids.add(t.id)
+            finish = c.finish_reason or finish
+    assert name == "get_weather" and json.loads(args) == json.loads(call.function.arguments)
+    assert len(ids) == 1 and finish == "tool_calls"
+
+
+def test_tool_result_message_reaches_the_worker(client: openai.OpenAI) -> None:
+    history = [*MSG, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    r = client.chat.completions.create(model="demo", messages=history, max_tokens=3)
+    assert r.choices[0].message.content
+
+
+def test_reasoning_content(client: openai.OpenAI) -> None:
+    msgs = [{"role": "user", "content": "Think first [[sim reasoning]]"}]
+    r = client.chat.completions.create(model="demo", messages=msgs, max_tokens=4)
+    assert getattr(r.choices[0].message, "reasoning_content", None)
+    seen = ""
+    for chunk in client.chat.completions.create(model="demo", messages=msgs, max_tokens=4,
+                                                stream=True):
+        for c in chunk.choices:
+            seen += getattr(c.delta, "reasoning_content", None) or ""
+    assert seen == r.choices[0].message.reasoning_content
+
+
+def test_completions_whole_stream_and_list_prompt(client: openai.OpenAI) -> None:
+    r = client.completions.create(model="demo", prompt="Once upon", max_tokens=4, logprobs=1)
+    assert r.object == "text_completion" and r.choices[0].text
+    assert r.choices[0].logprobs is not None and len(r.choices[0].logprobs.tokens) == 4
+    text = "".join(c.choices[0].text for c in client.completions.create(
+        model="demo", prompt="Once upon", max_tokens=4, stream=True) if c.choices)
+    assert text == r.choices[0].text
+    many = client.completions.create(model="demo", prompt=["A b", "C d"], max_tokens=2, n=2)
+    assert sorted(c.index for c in many.choices) == [0, 1, 2, 3]
+
+
+def test_stop_string_is_not_in_the_answer(client: openai.OpenAI) -> None:
+    whole = client.chat.completions.create(model="demo", messages=MSG, max_tokens=8, seed=1)
+    words = whole.choices[0].message.content.split()
+    stop = words[2]
+    r = client.chat.completions.create(model="demo", messages=MSG, max_tokens=8, seed=1,
+                                       stop=[stop])
+    assert r.choices[0].finish_reason == "stop"
+    assert stop not in r.choices[0].message.content
+
+
+def test_models_and_errors(client: openai.OpenAI) -> None:
+    assert {"demo", "demo-alias"} <= {m.id for m in client.models.list()}
+    with pytest.raises(openai.NotFoundError) as nf:
+        client.chat.completions.create(model="nope", messages=MSG)
+    assert nf.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(model="demo", messages=MSG, temperature=9)
+    assert bad.value.param == "temperature"
+
+
+def test_mid_stream_failure_raises_in_the_sdk(client: openai.OpenAI) -> None:
+    msgs = [{"role": "user", "content": "go [[sim drop_after=3]]"}]
+    got = ""
+    with pytest.raises(openai.APIError) as err:
+        for chunk in client.chat.completions.create(model="demo", messages=msgs,
+                                                    max_tokens=20, stream=True):
+            got += "".join(c.delta.content or "" for c in chunk.choices)
+    assert got  # some tokens arrived before the failure
+    assert "broke off" in str(err.value) or "ended before" in str(err.value)
+
+
+def test_worker_in_band_error_raises_in_the_sdk(client: openai.OpenAI) -> None:
+    msgs = [{"role": "user", "content": "go [[sim error_after=2]]"}]
+    with pytest.raises(openai.APIError):
+        for _ in client.chat.completions.create(model="demo", messages=msgs, max_tokens=20,
+                                                stream=True):
+            pass
+
+
+def _write(tmp: Path, name: str, text: str) -> Path:
+    p = tmp / name
+    p.write_text(text)
+    return p
