@@ -119,7 +119,7 @@ class Pipeline:
                 except StopAsyncIteration:
                     break
                 except asyncio.CancelledError:
-                    if dog.fired:
+                    if dog.fired and dog.task is not None:
                         dog.task.uncancel()
                         raise errors.UpstreamTimeout(
                             f"the worker sent nothing for {self.timeouts.idle:g}s") from None

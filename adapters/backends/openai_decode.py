@@ -115,7 +115,8 @@ class OpenAIDecoder:
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            raise errors.UpstreamBroken(f"the worker sent malformed JSON: {payload[:200]!r}")
+            raise errors.UpstreamBroken(
+                f"the worker sent malformed JSON: {payload[:200]!r}") from None
         if "error" in obj and obj["error"]:
             raise errors.UpstreamBroken(f"the worker failed: {_error_message(obj['error'])}")
         for c in obj.get("choices") or ():
@@ -162,7 +163,8 @@ class OpenAIDecoder:
         try:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError:
-            raise errors.UpstreamBroken(f"the worker sent malformed JSON: {body[:200]!r}")
+            raise errors.UpstreamBroken(
+                f"the worker sent malformed JSON: {body[:200]!r}") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
             raise errors.UpstreamBroken("the worker's answer has no `choices`")
         out: list[ev.Event] = []
