@@ -35,6 +35,11 @@ class SseDecoder:
         self._event = b""
 
     def feed(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
+        if not self._buf and not self._data and chunk[-2:] == b"\n\n" and b"\r" not in chunk:
+            return self._whole_events(chunk)
+        return self._general(chunk)
+
+    def _general(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
         buf = self._buf + chunk if self._buf else chunk
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
@@ -49,6 +54,16 @@ class SseDecoder:
                 self._event = b""
             else:
                 self._line(line)
+        return out
+
+    def _whole_events(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
+        """Fast path: a read that ends on an event boundary, as workers write them."""
+        out: list[tuple[bytes, bytes]] = []
+        for block in chunk[:-2].split(b"\n\n"):
+            if block[:6] == b"data: " and b"\n" not in block:
+                out.append((b"message", block[6:]))
+            else:
+                out.extend(self._general(block + b"\n\n"))
         return out
 
     def _line(self, line: bytes) -> None:

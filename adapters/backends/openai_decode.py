@@ -128,15 +128,14 @@ class OpenAIDecoder:
                      out: list[ev.Event]) -> None:
         i = c.get("index", 0)
         m = delta if delta is not None else c.get("message") or {}
-        if m.get("role"):
-            out.append(ev.Role(i, m["role"]))
-        reasoning = m.get("reasoning_content") or m.get("reasoning")
-        if reasoning:
-            out.append(ev.ReasoningDelta(i, reasoning))
+        if len(m) > 1 or "content" not in m:  # anything besides content in this delta
+            self._extras(m, i, out)
         ids = c.get("token_ids")
-        lps = chat_logprobs(c.get("logprobs"), ids)
-        if m.get("content") or ids or lps:
-            out.append(ev.TextDelta(i, m.get("content") or "", ids, lps))
+        lp = c.get("logprobs")
+        lps = chat_logprobs(lp, ids) if lp else None
+        text = m.get("content")
+        if text or ids or lps:
+            out.append(ev.TextDelta(i, text or "", ids, lps))
         for t in m.get("tool_calls") or ():
             fn = t.get("function") or {}
             index = t.get("index", 0) if delta is not None else len(out)
@@ -144,10 +143,19 @@ class OpenAIDecoder:
                                         fn.get("arguments") or ""))
         self._end(c, i, out)
 
+    def _extras(self, m: dict[str, Any], i: int, out: list[ev.Event]) -> None:
+        """Role and reasoning (vLLM < 0.12 `reasoning_content`, later `reasoning`)."""
+        if m.get("role"):
+            out.append(ev.Role(i, m["role"]))
+        reasoning = m.get("reasoning_content") or m.get("reasoning")
+        if reasoning:
+            out.append(ev.ReasoningDelta(i, reasoning))
+
     def _text_choice(self, c: dict[str, Any], _: Any, out: list[ev.Event]) -> None:
         i = c.get("index", 0)
         ids = c.get("token_ids")
-        lps = completion_logprobs(c.get("logprobs"), ids)
+        lp = c.get("logprobs")
+        lps = completion_logprobs(lp, ids) if lp else None
         if c.get("text") or ids or lps:
             out.append(ev.TextDelta(i, c.get("text") or "", ids, lps))
         self._end(c, i, out)

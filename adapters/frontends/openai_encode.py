@@ -62,18 +62,20 @@ class _Chunks:
 
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta, obj: str,
                  id_prefix: str):
-        self._head = b"".join((
+        head = b"".join((
             b'{"id":', orjson.dumps(id_prefix + meta.id), b',"object":"', obj.encode(), b'","created":',
             str(meta.created).encode(), b',"model":', orjson.dumps(meta.model), b',"choices":[',
         ))
+        self._head = head
+        self._prefix = b"data: " + head
         # openai api-reference: with include_usage, all other chunks carry "usage": null.
-        self._tail = b'],"usage":null}' if req.include_usage else b"]}"
+        self._suffix = (b'],"usage":null}' if req.include_usage else b"]}") + b"\n\n"
         self._include_usage = req.include_usage
         self._usage: ev.Usage | None = None
         self._generated = 0
 
     def _chunk(self, choice: dict[str, Any]) -> bytes:
-        return b"data: " + self._head + orjson.dumps(choice) + self._tail + b"\n\n"
+        return self._prefix + orjson.dumps(choice) + self._suffix
 
     def fail(self, exc: errors.GatewayError) -> bytes:
         # vLLM (serving_chat.py): an error event, then [DONE]; openai-python raises on it.
