@@ -51,7 +51,8 @@ class Proc:
         raise TimeoutError(f"{url} not healthy within {timeout}s:\n{self.output()}")
 
     def output(self) -> str:
-        self._out.flush()
+        if not self._out.closed:
+            self._out.flush()
         return self.log.read_text(errors="replace")[-4000:]
 
     def stop(self, sig: int = signal.SIGTERM, grace: float = 10.0) -> int:
