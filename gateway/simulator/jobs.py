@@ -22,7 +22,10 @@ class SimError(Exception):
     """A request the worker refuses before any byte: status, message and vLLM error type."""
 
     def __init__(
-        self, message: str, status: int = 400, err_type: str = "BadRequestError",
+        self,
+        message: str,
+        status: int = 400,
+        err_type: str = "BadRequestError",
         param: str | None = None,
     ) -> None:
         super().__init__(message)
@@ -52,7 +55,7 @@ class Job:
     created: int = field(default_factory=lambda: int(time.time()))
 
 
-def _int(body: dict[str, Any], key: str, default: int | None) -> int | None:
+def int_field(body: dict[str, Any], key: str, default: int | None) -> int | None:
     """An optional integer field (bools are not integers here)."""
     value = body.get(key)
     if value is None:
@@ -62,7 +65,7 @@ def _int(body: dict[str, Any], key: str, default: int | None) -> int | None:
     return value
 
 
-def _stop(body: dict[str, Any]) -> tuple[str, ...]:
+def stop_strings(body: dict[str, Any]) -> tuple[str, ...]:
     """`stop` as str or list of str."""
     stop = body.get("stop")
     if stop is None:
@@ -74,7 +77,7 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
     raise SimError("`stop` must be a string or a list of strings")
 
 
-def _stop_ids(body: dict[str, Any]) -> frozenset[int]:
+def stop_token_ids(body: dict[str, Any]) -> frozenset[int]:
     """`stop_token_ids` as a list of ints."""
     ids = body.get("stop_token_ids") or []
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
@@ -82,7 +85,7 @@ def _stop_ids(body: dict[str, Any]) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool, bool]:
+def stream_flags(body: dict[str, Any]) -> tuple[bool, bool, bool]:
     """stream, include_usage, continuous_usage with vLLM's semantics (`{}` turns usage on)."""
     opts = body.get("stream_options")
     if opts and not body.get("stream"):  # vLLM: a falsy `{}` passes this check
@@ -90,10 +93,14 @@ def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool, bool]:
     if opts is not None and not isinstance(opts, dict):
         raise SimError("`stream_options` must be an object")
     include = opts is not None and bool(opts.get("include_usage", True))
-    return bool(body.get("stream")), include, include and bool(opts and opts.get("continuous_usage_stats"))
+    return (
+        bool(body.get("stream")),
+        include,
+        include and bool(opts and opts.get("continuous_usage_stats")),
+    )
 
 
-def _check_model(body: dict[str, Any], settings: SimulatorSettings) -> str:
+def check_model(body: dict[str, Any], settings: SimulatorSettings) -> str:
     """404 for an unserved name; the reported name is vLLM's first served name."""
     name = body.get("model")
     if name is not None and not isinstance(name, str):
@@ -103,9 +110,9 @@ def _check_model(body: dict[str, Any], settings: SimulatorSettings) -> str:
     return settings.served_name if settings.model_names or not name else name
 
 
-def _sampling(body: dict[str, Any], max_tokens: int | None) -> tuple[int, float | None, int | None]:
+def sampling(body: dict[str, Any], max_tokens: int | None) -> tuple[int, float | None, int | None]:
     """n, temperature, seed, checked as SamplingParams does."""
-    n = _int(body, "n", 1)
+    n = int_field(body, "n", 1)
     assert n is not None
     if n < 1:
         raise SimError(f"n must be at least 1, got {n}.")
@@ -117,10 +124,10 @@ def _sampling(body: dict[str, Any], max_tokens: int | None) -> tuple[int, float 
             raise SimError("`temperature` must be a number")
         if temperature < 0:
             raise SimError(f"temperature must be non-negative, got {temperature}.")
-    return n, temperature, _int(body, "seed", None)
+    return n, temperature, int_field(body, "seed", None)
 
 
-def _limit(settings: SimulatorSettings, prompt_len: int, max_tokens: int | None) -> int:
+def token_limit(settings: SimulatorSettings, prompt_len: int, max_tokens: int | None) -> int:
     """Effective max_tokens, with vLLM's context-length errors."""
     cap = settings.max_model_len
     if prompt_len >= cap:
@@ -141,7 +148,10 @@ def _limit(settings: SimulatorSettings, prompt_len: int, max_tokens: int | None)
 
 
 def choice_key(
-    settings: SimulatorSettings, prompt_key: bytes, seed: int | None, temperature: float | None,
+    settings: SimulatorSettings,
+    prompt_key: bytes,
+    seed: int | None,
+    temperature: float | None,
     index: int,
 ) -> bytes:
     """Greedy (temperature 0) ignores seed and choice index, as a real model would."""
@@ -183,3 +193,62 @@ def logprobs_count(value: Any, name: str) -> int:
             f"{MAX_LOGPROBS}"
         )
     return value
+
+
+def gen_spec(
+    body: dict[str, Any],
+    settings: SimulatorSettings,
+    faults: directives.Directives,
+    prompt_len: int,
+    max_tokens: int | None,
+    **extra: Any,
+) -> tokens.GenSpec:
+    """The generation rules both endpoints share (length, EOS, stops, forced finish)."""
+    natural = settings.tokens if faults.tokens is None else faults.tokens
+    return tokens.GenSpec(
+        tokens=max(natural, int_field(body, "min_tokens", 0) or 0),
+        max_tokens=token_limit(settings, prompt_len, max_tokens),
+        ignore_eos=bool(body.get("ignore_eos")),
+        finish=faults.finish,
+        stop=stop_strings(body),
+        stop_token_ids=stop_token_ids(body),
+        **extra,
+    )
+
+
+def job_fields(
+    body: dict[str, Any],
+    settings: SimulatorSettings,
+    faults: directives.Directives,
+    header_id: str | None,
+    id_prefix: str,
+) -> dict[str, Any]:
+    """Job fields both endpoints fill the same way (stream flags are validated first)."""
+    stream, include_usage, continuous = stream_flags(body)
+    ttft, itl = timing(settings, faults)
+    return {
+        "request_id": id_prefix + request_id(body, header_id),
+        "stream": stream,
+        "include_usage": include_usage,
+        "continuous_usage": continuous,
+        "return_token_ids": bool(body.get("return_token_ids")),
+        "ttft_s": ttft,
+        "itl_s": itl,
+        "faults": faults,
+    }
+
+
+def generate_choices(
+    settings: SimulatorSettings,
+    spec: tokens.GenSpec,
+    prompt_key: bytes,
+    n: int,
+    sampling_args: tuple[int | None, float | None],
+) -> list[tokens.Outcome]:
+    """The n choices of one prompt; `sampling_args` is (seed, temperature)."""
+    seed, temperature = sampling_args
+    outcomes = []
+    for i in range(n):
+        key = choice_key(settings, prompt_key, seed, temperature, i)
+        outcomes.append(tokens.generate(spec, key, tool_call_id(key) if spec.tool else ""))
+    return outcomes

@@ -1,4 +1,4 @@
-"""Deterministic vocabulary, tokenizer and generation: the same request always yields the same tokens.
+"""Deterministic vocabulary, tokenizer and generation: the same request, the same tokens.
 
 Randomness comes from blake2b in counter mode (never Python's salted `hash()`), so outputs are
 stable across processes and runs. Finish rules follow vLLM v1: the length cap is checked before
@@ -16,18 +16,21 @@ from dataclasses import dataclass, field
 from hashlib import blake2b
 from typing import Any
 
-_WORDS = """the of and to in is it you that he was for on are with as his they be at one have this
-from or had by word but what some we can out other were all there when up use your how said an
-each she which do their time if will way about many then them write would like so these her long
-make thing see him two has look more day could go come did number sound no most people my over
-know water than call first who may down side been now find any new work part take get place made
-live where after back little only round man year came show every good me give our under name
-very through just form sentence great think say help low line differ turn cause much mean before
-move right boy old too same tell does set three want air well also play small end put home read
-hand port large spell add even land here must big high such follow act why ask men change went
-light kind off need house picture try us again animal point mother world near build self earth
-father head stand own page should country found answer school grow study still learn plant cover
-food sun four between state keep eye never last let thought city tree cross farm hard""".split()
+_WORDS = """
+the of and to in is it you that he was for on are with as his they be at one have this from or
+had by word but what some we can out other were all there when up use your how said an each she
+which do their time if will way about many then them write would like so these her long make
+thing see him two has look more day could go come did number sound no most people my over know
+water than call first who may down side been now find any new work part take get place made live
+where after back little only round man year came show every good me give our under name very
+through just form sentence great think say help low line differ turn cause much mean before move
+right boy old too same tell does set three want air well also play small end put home read hand
+port large spell add even land here must big high such follow act why ask men change went light
+kind off need house picture try us again animal point mother world near build self earth father
+head stand own page should country found answer school grow study still learn plant cover food
+sun four between state keep eye never last let thought city tree cross farm hard late run while
+press close night real life few north open seem together next white children begin got walk
+example ease paper group always music those both mark""".split()  # noqa: SIM905
 
 VOCAB: tuple[str, ...] = tuple(" " + w for w in _WORDS)  # token text, leading space as in BPE
 VOCAB_BASE = 1000  # token id of VOCAB[i] is VOCAB_BASE + i
@@ -48,9 +51,7 @@ _FRAGMENT_CHARS = 8  # tool-call / JSON text is streamed in pieces of this many 
 def encode(text: str) -> list[int]:
     """Prompt text to ids, one per whitespace-separated word (cheap: no hashing per word)."""
     get = _WORD_ID.get
-    return [
-        get(w) or UNKNOWN_BASE + zlib.crc32(w.encode()) % 100_000 for w in text.split()
-    ]
+    return [get(w) or UNKNOWN_BASE + zlib.crc32(w.encode()) % 100_000 for w in text.split()]
 
 
 def encode_chat(messages: list[tuple[str, str]]) -> list[int]:
@@ -84,7 +85,7 @@ def digest(*parts: object) -> bytes:
 class _Rng:
     """An endless deterministic byte stream: blake2b(key || counter)."""
 
-    __slots__ = ("_key", "_buf", "_pos", "_n")
+    __slots__ = ("_buf", "_key", "_n", "_pos")
 
     def __init__(self, key: bytes) -> None:
         self._key, self._buf, self._pos, self._n = key, b"", 0, 0
@@ -111,7 +112,7 @@ class Token:
     @property
     def logprob_text(self) -> str:
         """The token string vLLM puts in logprobs (EOS shows as `</s>`)."""
-        return self.text if self.kind in (REASONING, CONTENT, TOOL_ARGS) else token_text(self.id)
+        return self.text or token_text(self.id)
 
     def top(self, k: int) -> list[tuple[str, float]]:
         """The k most likely tokens at this step: this one first, then lower alternatives."""
@@ -191,8 +192,12 @@ def _value(schema: Any, rng: _Rng) -> Any:
         return schema["enum"][b % len(schema["enum"])]
     kind = schema.get("type")
     table: dict[Any, Any] = {
-        "integer": b % 100, "number": round(b / 10, 1), "boolean": b % 2 == 0,
-        "array": [], "object": {}, "null": None,
+        "integer": b % 100,
+        "number": round(b / 10, 1),
+        "boolean": b % 2 == 0,
+        "array": [],
+        "object": {},
+        "null": None,
     }
     return table.get(kind, VOCAB[b].strip()) if isinstance(kind, str) else VOCAB[b].strip()
 
@@ -235,41 +240,55 @@ def _natural(spec: GenSpec, rng: _Rng) -> Iterator[Token]:
         yield _word(rng, REASONING)
     if spec.reasoning:
         yield _special(rng, THINK_END_ID, THINK_END)
-    yield from _answer_tokens(spec, rng)
+    emitted = spec.reasoning > 0
+    for tok in _answer_tokens(spec, rng):
+        emitted = True
+        yield tok
     if spec.ignore_eos:
         while True:
             yield _word(rng, CONTENT)
-    if spec.finish != "length":
+    if spec.finish != "length" or not emitted:  # a model always emits at least one token
         yield _special(rng, EOS_ID, EOS)
 
 
 class _ContentText:
-    """Content detokenizer state: stop-string search and streaming hold-back."""
+    """Content detokenizer state: stop-string search and streaming hold-back.
 
-    __slots__ = ("stop", "holdback", "text", "shown")
+    Only the unshown tail (`pending`) can hold the start of a stop string, because the
+    hold-back keeps `max(len(stop)) - 1` characters unshown; so each step searches that short
+    tail, and shown text is only appended to a list (linear in the output length).
+    """
+
+    __slots__ = ("holdback", "pending", "shown", "stop")
 
     def __init__(self, stop: tuple[str, ...]) -> None:
         self.stop = stop
         self.holdback = max((len(s) for s in stop), default=1) - 1
-        self.text, self.shown = "", 0
+        self.shown: list[str] = []
+        self.pending = ""
+
+    @property
+    def text(self) -> str:
+        """All content so far, after any stop-string cut."""
+        return "".join(self.shown) + self.pending
 
     def add(self, piece: str) -> str | None:
         """Append text; on a stop string truncate at it and return it (first in `stop` order)."""
-        start = len(self.text)
-        self.text += piece
+        self.pending += piece
         for s in self.stop:
-            i = self.text.find(s, max(0, start - len(s) + 1))
+            i = self.pending.find(s)
             if i != -1:
-                self.text = self.text[:i]
+                self.pending = self.pending[:i]
                 return s
         return None
 
     def delta(self, finished: bool) -> str:
         """New visible text since the last call; the tail that may start a stop is held back."""
-        end = len(self.text) if finished else len(self.text) - self.holdback
-        if end <= self.shown:
+        end = len(self.pending) - (0 if finished else self.holdback)
+        if end <= 0:
             return ""
-        piece, self.shown = self.text[self.shown : end], end
+        piece, self.pending = self.pending[:end], self.pending[end:]
+        self.shown.append(piece)
         return piece
 
 

@@ -14,9 +14,11 @@ def test_no_directive_is_the_shared_default() -> None:
 
 
 def test_keys_values_and_flags_are_typed() -> None:
-    d = directives.parse([
-        "say hi [[sim tokens=7 ttft_ms=12.5 itl_ms=3 reasoning finish=length]] please",
-    ])
+    d = directives.parse(
+        [
+            "say hi [[sim tokens=7 ttft_ms=12.5 itl_ms=3 reasoning finish=length]] please",
+        ]
+    )
     assert (d.tokens, d.ttft_ms, d.itl_ms, d.reasoning, d.finish) == (7, 12.5, 3.0, 4, "length")
     assert directives.parse(["[[sim reasoning=2]]"]).reasoning == 2
     assert directives.parse(["[[sim drop_before]]"]).drop_before is True
@@ -24,7 +26,9 @@ def test_keys_values_and_flags_are_typed() -> None:
 
 
 def test_directives_merge_across_messages_later_wins() -> None:
-    d = directives.parse(["[[sim tokens=3 itl_ms=1]]", "x", "[[sim tokens=9]] and [[sim hang_after=2]]"])
+    d = directives.parse(
+        ["[[sim tokens=3 itl_ms=1]]", "x", "[[sim tokens=9]] and [[sim hang_after=2]]"]
+    )
     assert (d.tokens, d.itl_ms, d.hang_after) == (9, 1.0, 2)
 
 
@@ -38,14 +42,17 @@ def test_cut_after_is_the_earliest_stream_fault() -> None:
     assert directives.parse(["[[sim hang_after=0]]"]).cut_after == 0
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[[sim tokenz=3]]", "unknown simulator directive `tokenz`"),
-    ("[[sim tokens=abc]]", "bad value for simulator directive `tokens`"),
-    ("[[sim tokens]]", "`tokens` needs a value"),
-    ("[[sim finish=eos]]", "`finish` must be one of length, stop"),
-    ("[[sim fail=200]]", "`fail` must be an HTTP error status"),
-    ("[[sim itl_ms=-1]]", "`itl_ms` must not be negative"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[[sim tokenz=3]]", "unknown simulator directive `tokenz`"),
+        ("[[sim tokens=abc]]", "bad value for simulator directive `tokens`"),
+        ("[[sim tokens]]", "`tokens` needs a value"),
+        ("[[sim finish=eos]]", "`finish` must be one of length, stop"),
+        ("[[sim fail=200]]", "`fail` must be an HTTP error status"),
+        ("[[sim itl_ms=-1]]", "`itl_ms` must not be negative"),
+    ],
+)
 def test_bad_directives_raise_with_a_message(text: str, message: str) -> None:
     with pytest.raises(DirectiveError, match=message.replace("(", r"\(")):
         directives.parse([text])

@@ -20,7 +20,9 @@ def gen(**kw: object) -> tokens.Outcome:
 
 def test_same_key_same_tokens_and_logprobs() -> None:
     a, b = gen(tokens=12), gen(tokens=12)
-    assert [(t.id, t.text, t.logprob) for t in a.tokens] == [(t.id, t.text, t.logprob) for t in b.tokens]
+    assert [(t.id, t.text, t.logprob) for t in a.tokens] == [
+        (t.id, t.text, t.logprob) for t in b.tokens
+    ]
     assert a.content == b.content and a.content
 
 
@@ -31,8 +33,14 @@ def test_output_is_stable_across_processes() -> None:
         "print(t.generate(t.GenSpec(tokens=12), t.digest('unit-test prompt')).content)"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=30, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
     assert out.rstrip("\n") == gen(tokens=12).content
 
 
@@ -58,7 +66,10 @@ def test_natural_end_is_eos_counted_with_stop_and_no_stop_reason() -> None:
 
 
 def test_max_tokens_cuts_with_length_and_is_checked_before_eos() -> None:
-    assert (gen(tokens=5, max_tokens=3).finish_reason, len(gen(tokens=5, max_tokens=3).tokens)) == ("length", 3)
+    assert (gen(tokens=5, max_tokens=3).finish_reason, len(gen(tokens=5, max_tokens=3).tokens)) == (
+        "length",
+        3,
+    )
     at_eos = gen(tokens=5, max_tokens=6)  # the EOS is the 6th token: vLLM's length check wins
     assert (at_eos.finish_reason, len(at_eos.tokens)) == ("length", 6)
     assert gen(tokens=5, max_tokens=7).finish_reason == "stop"
@@ -119,7 +130,9 @@ def test_stop_token_id_stops_drops_its_text_but_counts_it() -> None:
 def test_reasoning_then_content_and_cut_inside_reasoning() -> None:
     o = gen(tokens=3, reasoning=2)
     kinds = [t.kind for t in o.tokens]
-    assert kinds == [tokens.REASONING] * 2 + [tokens.THINK_END] + [tokens.CONTENT] * 3 + [tokens.EOS]
+    assert kinds == [tokens.REASONING] * 2 + [tokens.THINK_END] + [tokens.CONTENT] * 3 + [
+        tokens.EOS
+    ]
     assert o.deltas[2] is None  # </think> sends no chunk
     assert o.reasoning == "".join(t.text for t in o.tokens[:2]) and o.content
     cut = gen(tokens=3, reasoning=2, max_tokens=2)
@@ -128,8 +141,12 @@ def test_reasoning_then_content_and_cut_inside_reasoning() -> None:
 
 
 def test_tool_call_arguments_are_json_from_property_keys() -> None:
-    props = {"city": {"type": "string"}, "days": {"type": "integer"},
-             "unit": {"enum": ["c", "f"]}, "hot": {"type": "boolean"}}
+    props = {
+        "city": {"type": "string"},
+        "days": {"type": "integer"},
+        "unit": {"enum": ["c", "f"]},
+        "hot": {"type": "boolean"},
+    }
     o = gen(tool=("get_weather", props))
     assert o.tool is not None and o.tool.name == "get_weather" and o.tool.id == "chatcmpl-tool-x"
     args = json.loads(o.tool.arguments)

@@ -1,0 +1,18 @@
+"""`python -m gateway.simulator`: run the simulator worker on its own (tests start it this way)."""
+
+import argparse
+
+from gateway.simulator import server
+
+
+def main() -> None:
+    """Parse the simulator options and serve until SIGINT/SIGTERM."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway.simulator", description="Simulated vLLM OpenAI-compatible worker."
+    )
+    server.add_arguments(parser)
+    server.run_from_args(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

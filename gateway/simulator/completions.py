@@ -1,0 +1,199 @@
+"""`/v1/completions` as vLLM 0.11 answers it: prompt forms, echo, stream chunks, JSON body.
+
+Sources: vLLM 0.11 `protocol.py` (CompletionRequest: `max_tokens` defaults to 16, prompt as
+str | list[str] | list[int] | list[list[int]]) and `serving_completion.py` (chunks dumped with
+`exclude_unset=False`, so every field and `"usage":null` appear; choice index =
+prompt_idx * n + i; echo prepends the prompt to each choice's first chunk; `prompt_token_ids`
+only on a choice's first chunk).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.simulator import directives, jobs, render, tokens
+from gateway.simulator.jobs import SimError
+from gateway.simulator.settings import SimulatorSettings
+
+_dumps = orjson.dumps
+_DEFAULT_MAX_TOKENS = 16  # CompletionRequest.max_tokens default
+
+
+def directive_texts(body: dict[str, Any]) -> list[str]:
+    """The text prompts, where directives may hide (lenient: validation comes later)."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list):
+        return [p for p in prompt if isinstance(p, str)]
+    return []
+
+
+def _is_ids(value: Any) -> bool:
+    """A non-empty list of token ids."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)
+    )
+
+
+def _prompts(body: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    """(text, ids) per prompt; text prompts get BOS (`add_special_tokens=True`)."""
+    prompt = body.get("prompt")
+    if prompt is None:
+        raise SimError("At least one of `prompt` or `prompt_embeds` must be set.")
+    if isinstance(prompt, str):
+        items: list[Any] = [prompt]
+    elif _is_ids(prompt):
+        items = [prompt]
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(p, str) or _is_ids(p) for p in prompt)
+    ):
+        items = prompt
+    else:
+        raise SimError(
+            "`prompt` must be a string, a list of strings, a list of token ids "
+            "or a list of token id lists, and not empty"
+        )
+    return [
+        (p, [tokens.BOS_ID, *tokens.encode(p)]) if isinstance(p, str) else (tokens.decode(p), p)
+        for p in items
+    ]
+
+
+def parse(
+    body: dict[str, Any],
+    settings: SimulatorSettings,
+    faults: directives.Directives,
+    header_id: str | None,
+) -> jobs.Job:
+    """Validate a completions request and generate every prompt x choice."""
+    common = jobs.job_fields(body, settings, faults, header_id, "cmpl-")
+    prompts = _prompts(body)
+    raw_lp = body.get("logprobs")
+    logprobs = None if raw_lp is None else jobs.logprobs_count(raw_lp, "logprobs")
+    model = jobs.check_model(body, settings)
+    has_max = "max_tokens" in body
+    max_tokens = jobs.int_field(body, "max_tokens", None) if has_max else _DEFAULT_MAX_TOKENS
+    n, temperature, seed = jobs.sampling(body, max_tokens)
+    outcomes = []
+    for text, ids in prompts:
+        spec = jobs.gen_spec(body, settings, faults, len(ids), max_tokens)
+        key = tokens.digest(text if text else ids)
+        outcomes += jobs.generate_choices(settings, spec, key, n, (seed, temperature))
+    return jobs.Job(
+        chat=False,
+        model=model,
+        n=n,
+        prompts=[ids for _, ids in prompts],
+        prompt_texts=[text for text, _ in prompts],
+        outcomes=outcomes,
+        logprobs=logprobs,
+        echo=bool(body.get("echo")),
+        **common,
+    )
+
+
+def _logprobs(toks: list[tokens.Token], k: int, offset: int) -> dict[str, Any]:
+    """CompletionLogProbs; each top_logprobs dict holds k + 1 entries, sampled token first."""
+    offsets, tops = [], []
+    for tok in toks:
+        offsets.append(offset)
+        offset += len(tok.logprob_text)
+        tops.append(dict(tok.top(k + 1)))
+    return {
+        "text_offset": offsets,
+        "token_logprobs": [t.logprob for t in toks],
+        "tokens": [t.logprob_text for t in toks],
+        "top_logprobs": tops,
+    }
+
+
+class CompletionRender:
+    """Bytes of one completions response; per chunk one small orjson.dumps."""
+
+    def __init__(self, job: jobs.Job) -> None:
+        self.job = job
+        self.head = render.chunk_head(job.request_id, "text_completion", job.created, job.model)
+        self.offsets = [0] * len(job.outcomes)  # vLLM previous_text_lens
+
+    def opening(self) -> bytes:
+        """Completions have no role chunk."""
+        return b""
+
+    def _tail(self, prompt: int, k: int) -> bytes:
+        """`usage`: null, or continuous stats with their null `prompt_tokens_details`."""
+        if not self.job.continuous_usage:
+            return b'],"usage":null}\n\n'
+        stats = render.full_usage(len(self.job.prompts[prompt]), k + 1)
+        return b'],"usage":' + _dumps(stats) + b"}\n\n"
+
+    def step(self, index: int, k: int) -> bytes:
+        """The chunk of choice `index`'s token `k`."""
+        job, o = self.job, self.job.outcomes[index]
+        tok, text, p = o.tokens[k], o.deltas[k] or "", index // job.n
+        lp = None
+        if job.logprobs is not None:
+            lp = _logprobs([tok], job.logprobs, self.offsets[index])
+        self.offsets[index] += len(text)
+        last = k == len(o.tokens) - 1
+        choice = {
+            "index": index,
+            "text": job.prompt_texts[p] + text if job.echo and k == 0 else text,
+            "logprobs": lp,
+            "finish_reason": o.finish_reason if last else None,
+            "stop_reason": o.stop_reason if last else None,
+            "prompt_token_ids": job.prompts[p] if job.return_token_ids and k == 0 else None,
+            "token_ids": [tok.id] if job.return_token_ids else None,
+        }
+        return self.head + _dumps(choice) + self._tail(p, k)
+
+    def closing(self) -> bytes:
+        """The usage chunk (`choices: []`, nulls dropped) when `include_usage`."""
+        if not self.job.include_usage:
+            return b""
+        return self.head + b'],"usage":' + _dumps(self._usage()) + b"}\n\n"
+
+    def _usage(self) -> dict[str, int]:
+        """Each prompt counted once, every choice's tokens counted."""
+        prompt = sum(len(ids) for ids in self.job.prompts)
+        return render.usage(prompt, sum(len(o.tokens) for o in self.job.outcomes))
+
+    def _choice(self, index: int, o: tokens.Outcome) -> dict[str, Any]:
+        """CompletionResponseChoice with every field, nulls included."""
+        job = self.job
+        p = index // job.n
+        prefix = job.prompt_texts[p] if job.echo else ""
+        k = job.logprobs
+        return {
+            "index": index,
+            "text": prefix + (o.content or ""),
+            "logprobs": None if k is None else _logprobs(o.tokens, k, len(prefix)),
+            "finish_reason": o.finish_reason,
+            "stop_reason": o.stop_reason,
+            "token_ids": o.token_ids if job.return_token_ids else None,
+            "prompt_logprobs": None,
+            "prompt_token_ids": job.prompts[p] if job.return_token_ids else None,
+        }
+
+    def body(self) -> bytes:
+        """CompletionResponse.model_dump(), compact, vLLM 0.11 field order."""
+        job = self.job
+        return _dumps(
+            {
+                "id": job.request_id,
+                "object": "text_completion",
+                "created": job.created,
+                "model": job.model,
+                "choices": [self._choice(i, o) for i, o in enumerate(job.outcomes)],
+                "service_tier": None,
+                "system_fingerprint": None,
+                "usage": {**self._usage(), "prompt_tokens_details": None},
+                "kv_transfer_params": None,
+            }
+        )
