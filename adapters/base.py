@@ -6,9 +6,9 @@ Adapters are sans-I/O: bytes and canonical objects in, bytes and canonical objec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from schemas import canonical, errors
 from schemas import events as ev
@@ -16,11 +16,13 @@ from schemas import events as ev
 
 @dataclass(slots=True, frozen=True)
 class RequestContext:
-    """What a frontend may read besides the body: path parameters and headers (lower-case)."""
+    """What a frontend may read besides the body: path parameters, headers (lower-case), and
+    the per-model options of a model name (None: the default model), e.g. `{"lmi": {...}}`."""
 
     path: str = "/"
     path_params: Mapping[str, str] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    model_options: Callable[[str | None], Mapping[str, Any]] = lambda _: {}
 
 
 @dataclass(slots=True, frozen=True)
@@ -31,6 +33,9 @@ class ResponseMeta:
     created: int
     model: str
     request_id: str = ""
+    # The serving model's options (its config's `lmi` block, `chat_template`) and the
+    # gateway-wide ones (`elastic`), as plain data.
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -66,6 +71,7 @@ class StreamEncoder(Protocol):
     """Encodes one response's canonical events into a client's wire bytes; holds its state."""
 
     media_type: str
+    headers: Mapping[str, str]  # sent with the stream's status line
 
     def encode(self, e: ev.Event) -> bytes:
         """Bytes due for this event; b"" when nothing is due yet."""
@@ -118,3 +124,30 @@ class Backend(Protocol):
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError: ...
 
     def health_path(self) -> str: ...
+
+
+@dataclass(slots=True, frozen=True)
+class ModelView:
+    """What status routes may say about one model."""
+
+    name: str
+    aliases: tuple[str, ...]
+    upstream_model: str
+    healthy: bool  # at least one upstream is registered
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class GatewayView:
+    """A snapshot of the gateway for status routes (/health, /ping, /info, /v1/models)."""
+
+    models: tuple[ModelView, ...]
+    default: ModelView | None
+    version: str
+    started: int
+    max_concurrent_requests: int
+    max_request_bytes: int
+
+
+# A status route: GET-style, no body, answered from a snapshot.
+StatusRoute = Callable[[GatewayView, RequestContext], Rendered]

@@ -1,6 +1,8 @@
-"""The one place protocol names map to adapter classes."""
+"""The one place protocol names map to adapter classes and client routes."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from adapters import base
 from adapters.backends import openai as openai_backend
@@ -12,13 +14,23 @@ BACKENDS: dict[str, type[base.Backend]] = {
     "openai": openai_backend.OpenAIBackend,
 }
 
-# The simulator speaks vLLM's API.
-WORKER_PROTOCOL: dict[str, str] = {"simulator": "vllm", "vllm": "vllm", "trtllm": "trtllm"}
+# Inference routes (POST): path (Starlette syntax) -> the frontend that serves it.
+INFERENCE_ROUTES: list[tuple[str, Callable[[], base.Frontend]]] = [
+    ("/v1/chat/completions", openai_frontend.OpenAIChatFrontend),
+    ("/v1/completions", openai_frontend.OpenAICompletionsFrontend),
+]
 
-FRONTENDS: dict[str, type[base.Frontend]] = {
-    "openai_chat": openai_frontend.OpenAIChatFrontend,
-    "openai_completions": openai_frontend.OpenAICompletionsFrontend,
-}
+# Status routes (GET), answered from a snapshot of the gateway.
+STATUS_ROUTES: list[tuple[str, base.StatusRoute]] = [
+    ("/v1/models", openai_frontend.models),
+    ("/health", openai_frontend.health),
+]
+
+# Model names that clients send as placeholders for "the one model": TGI serves one model
+# whatever it is called, so text-generation's client sends "tgi" and huggingface_hub's
+# InferenceClient "dummy" (SPEC.md, TGI front end). They reach `default_model` unless a model
+# is really named so.
+DEFAULT_MODEL_PLACEHOLDERS = ("tgi", "dummy")
 
 
 def backend(name: str) -> base.Backend:

@@ -7,12 +7,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from adapters.frontends import openai as openai_frontend
-from gateway import config, pipeline, routing, serving, supervisor, upstream
+from adapters import registry
+from gateway import cli, config, pipeline, routing, serving, supervisor, upstream
 
 ClientFactory = Callable[[config.Config], upstream.UpstreamClient]
 
@@ -26,7 +24,6 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
     router = routing.Router(cfg)
     services = serving.Services(cfg, router, pipeline.Pipeline(_Unstarted(), cfg.server),
                                 keys=frozenset(cfg.server.api_keys))
-    started = int(time.time())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -41,27 +38,14 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
             await workers.stop()
             await client.aclose()
 
-    async def models(request: Request) -> Response:
-        data = [{"id": name, "object": "model", "created": started, "owned_by": "gateway"}
-                for r in router.routes.values() for name in (r.name, *r.config.aliases)]
-        return JSONResponse({"object": "list", "data": data})
-
-    async def health(request: Request) -> Response:
-        if router.default is not None and router.default.upstreams.all:
-            return Response(status_code=200)
-        return JSONResponse({"error": "unhealthy", "error_type": "healthcheck"}, status_code=503)
-
-    def endpoint(frontend: object) -> serving.ProtocolEndpoint:
-        return serving.ProtocolEndpoint(frontend, services)  # type: ignore[arg-type]
-
+    started = int(time.time())
     routes: list[BaseRoute] = [
-        Route("/v1/chat/completions", endpoint(openai_frontend.OpenAIChatFrontend()),
-              methods=["POST"]),
-        Route("/v1/completions", endpoint(openai_frontend.OpenAICompletionsFrontend()),
-              methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-    ]
+        Route(path, serving.ProtocolEndpoint(make(), services), methods=["POST"])
+        for path, make in registry.INFERENCE_ROUTES]
+    routes += [
+        Route(path, serving.StatusEndpoint(answer, services, cli.version(), started),
+              methods=["GET"])
+        for path, answer in registry.STATUS_ROUTES]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services
     return app

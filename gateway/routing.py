@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from adapters import base, registry
 from gateway import balancer, config
@@ -16,6 +17,7 @@ class Route:
     config: config.ModelConfig
     backend: base.Backend
     upstreams: balancer.Upstreams
+    options: dict[str, Any] = field(default_factory=dict)  # for frontends, as plain data
 
     @property
     def name(self) -> str:
@@ -33,7 +35,10 @@ class Router:
         self.routes: dict[str, Route] = {}
         self._by_name: dict[str, Route] = {}
         for m in cfg.models:
-            route = Route(m, registry.backend(m.backend), balancer.Upstreams(m.upstreams))
+            options = {"name": m.name, "lmi": m.lmi.model_dump(), "chat_template": m.chat_template,
+                       "elastic": cfg.elastic.model_dump()}
+            route = Route(m, registry.backend(m.backend), balancer.Upstreams(m.upstreams),
+                          options)
             self.routes[m.name] = route
             for name in (m.name, *m.aliases):
                 self._by_name[name] = route
@@ -47,6 +52,15 @@ class Router:
                                            field="model")
             return self.default
         route = self._by_name.get(name)
+        if route is None and name in registry.DEFAULT_MODEL_PLACEHOLDERS:
+            return self.resolve(None)
         if route is None:
             raise errors.ModelNotFound(f"The model `{name}` does not exist.", field="model")
         return route
+
+    def options(self, name: str | None) -> dict[str, Any]:
+        """A model's frontend options, or {} for a name that does not resolve."""
+        try:
+            return self.resolve(name).options
+        except errors.ModelNotFound:
+            return {}

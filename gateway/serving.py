@@ -77,7 +77,8 @@ class ProtocolEndpoint:
             s.in_flight += 1
             admitted = True
             body = await read_body(receive, headers, s.config.server)
-            ctx = base.RequestContext(scope["path"], scope.get("path_params") or {}, headers)
+            ctx = base.RequestContext(scope["path"], scope.get("path_params") or {}, headers,
+                                      s.router.options)
             await self._watched(self._exchange(body, ctx, x, send), receive, x)
         except errors.GatewayError as exc:
             await self._fail(exc, x, send)
@@ -110,7 +111,8 @@ class ProtocolEndpoint:
         route = s.router.resolve(req.model)
         route.backend.check(req)
         x.model, x.stream = route.name, req.stream
-        meta = base.ResponseMeta(uuid.uuid4().hex, int(time.time()), req.model or route.name, x.request_id)
+        meta = base.ResponseMeta(uuid.uuid4().hex, int(time.time()), req.model or route.name,
+                                 x.request_id, route.options)
         opened = await s.pipeline.open(route, req, x.request_id, x.note)
         x.first_event_at = time.perf_counter()
         batches = s.pipeline.batches(opened)
@@ -122,7 +124,8 @@ class ProtocolEndpoint:
     async def _stream(self, req: canonical.InferenceRequest, meta: base.ResponseMeta,
                       batches: Any, x: Exchange, send: Send) -> None:
         enc = self.frontend.encoder(req, meta)
-        await self._head(200, enc.media_type, {"cache-control": "no-cache"}, x, send)
+        await self._head(200, enc.media_type, {"cache-control": "no-cache", **enc.headers}, x,
+                         send)
         try:
             async for batch in batches:
                 out = b"".join([enc.encode(e) for e in batch])
@@ -225,3 +228,45 @@ def check_key(keys: frozenset[str], headers: dict[str, str]) -> None:
     if headers.get("x-api-key", "") in keys:
         return
     raise errors.Unauthorized("a valid API key is required")
+
+
+class StatusEndpoint:
+    """An ASGI app answering a status route (health, model list, info) from a snapshot."""
+
+    def __init__(self, answer: base.StatusRoute, services: Services, version: str, started: int):
+        self.answer = answer
+        self.services = services
+        self.version = version
+        self.started = started
+
+    def view(self) -> base.GatewayView:
+        s = self.services
+        models = tuple(
+            base.ModelView(r.name, r.config.aliases, r.upstream_model, bool(r.upstreams.all),
+                           r.options)
+            for r in s.router.routes.values())
+        default = s.router.default
+        return base.GatewayView(
+            models, next((m for m in models if default and m.name == default.name), None),
+            self.version, self.started, s.config.server.max_concurrent_requests,
+            s.config.server.max_request_bytes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        ctx = base.RequestContext(scope["path"], scope.get("path_params") or {}, headers,
+                                  self.services.router.options)
+        try:
+            if _guarded(scope["path"]):
+                check_key(self.services.keys, headers)
+            out = self.answer(self.view(), ctx)
+        except errors.GatewayError as exc:
+            out = base.Rendered(exc.status, exc.message.encode(), "text/plain; charset=utf-8")
+        hdrs = [(b"content-type", out.media_type.encode())]
+        hdrs += [(k.encode(), v.encode()) for k, v in out.headers.items()]
+        await send({"type": "http.response.start", "status": out.status, "headers": hdrs})
+        await send({"type": "http.response.body", "body": out.body})
+
+
+def _guarded(path: str) -> bool:
+    """Health and metrics stay open when API keys are set (SPEC.md, server.api_keys)."""
+    return path not in ("/health", "/ping", "/metrics")

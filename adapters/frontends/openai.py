@@ -157,3 +157,16 @@ def _prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str 
 
 def render_error(exc: errors.GatewayError) -> base.Rendered:
     return enc.render_error(exc)
+
+
+def models(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
+    """GET /v1/models: every name and alias a client may send, in OpenAI's list shape."""
+    data = [{"id": name, "object": "model", "created": view.started, "owned_by": "gateway"}
+            for m in view.models for name in (m.name, *m.aliases)]
+    return base.Rendered(200, orjson.dumps({"object": "list", "data": data}))
+
+
+def health(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
+    """GET /health as vLLM answers it: 200 with an empty body, 503 when nothing can serve."""
+    ok = view.default is not None and view.default.healthy
+    return base.Rendered(200 if ok else 503, b"")

@@ -6,6 +6,8 @@ of the choice, so a chunk costs one serialisation and a few byte joins.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, assert_never
 
 import orjson
@@ -59,6 +61,7 @@ class _Chunks:
 
     # OpenAI and vLLM both answer streams with this exact media type.
     media_type = "text/event-stream; charset=utf-8"
+    headers: Mapping[str, str] = MappingProxyType({})
 
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta, obj: str,
                  id_prefix: str):

@@ -208,3 +208,36 @@ async def test_alias_resolves_and_the_client_sees_its_own_model_name() -> None:
         r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(200, content=WHOLE_OK))
         resp = await call(r, {**CHAT, "model": "d"})
     assert resp.status_code == 200 and resp.json()["model"] == "d"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", [None, "tgi", "dummy"])
+async def test_placeholder_and_missing_model_names_reach_the_default_model(
+        name: str | None) -> None:
+    """TGI clients send "tgi" (text-generation) or "dummy" (huggingface_hub) or no model."""
+    body: dict[str, Any] = {"messages": CHAT["messages"]}
+    if name is not None:
+        body["model"] = name
+    with respx.mock(assert_all_called=False) as r:
+        route = r.post(f"{UP1}/v1/chat/completions").mock(
+            return_value=httpx.Response(200, content=WHOLE_OK))
+        resp = await call(r, body)
+    assert resp.status_code == 200
+    assert orjson.loads(route.calls.last.request.content)["model"] == "org/model"
+
+
+@pytest.mark.anyio
+async def test_status_routes_and_their_auth() -> None:
+    def factory(_: config.Config) -> upstream.UpstreamClient:
+        return upstream.HttpxClient(httpx.AsyncClient())
+
+    app = gateway_app.build_app(make_config(api_keys=["k"]), factory)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://gw") as client:
+            health = await client.get("/health")
+            denied = await client.get("/v1/models")
+            models = await client.get("/v1/models", headers={"authorization": "Bearer k"})
+    assert health.status_code == 200 and health.content == b""
+    assert denied.status_code == 401
+    assert [m["id"] for m in models.json()["data"]] == ["demo", "d"]
