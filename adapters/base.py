@@ -77,6 +77,11 @@ class StreamEncoder(Protocol):
         """Bytes due for this event; b"" when nothing is due yet."""
         ...
 
+    def flush(self) -> bytes:
+        """Bytes held back that are due now: called at the end of each upstream read, so an
+        encoder that must look ahead (TGI's last event) holds a token no longer than that."""
+        ...
+
     def fail(self, exc: errors.GatewayError) -> bytes:
         """The in-band error that ends a started stream, terminator included."""
         ...

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from adapters import base
 from adapters.backends import openai as openai_backend
 from adapters.backends import vllm
 from adapters.frontends import openai as openai_frontend
+from adapters.frontends import tgi, tgi_chat
 
 BACKENDS: dict[str, type[base.Backend]] = {
     "vllm": vllm.VllmBackend,
@@ -16,14 +18,21 @@ BACKENDS: dict[str, type[base.Backend]] = {
 
 # Inference routes (POST): path (Starlette syntax) -> the frontend that serves it.
 INFERENCE_ROUTES: list[tuple[str, Callable[[], base.Frontend]]] = [
-    ("/v1/chat/completions", openai_frontend.OpenAIChatFrontend),
+    # OpenAI's chat, answered in TGI's Messages API shape for TGI's placeholder model names.
+    ("/v1/chat/completions", tgi_chat.TgiMessagesFrontend),
     ("/v1/completions", openai_frontend.OpenAICompletionsFrontend),
+    # TGI: one frontend per route, so that errors take that route's form (tgi.TgiFrontend).
+    ("/generate", functools.partial(tgi.TgiFrontend, "generate")),
+    ("/generate_stream", functools.partial(tgi.TgiFrontend, "stream")),
+    ("/", functools.partial(tgi.TgiFrontend, "compat")),
 ]
 
 # Status routes (GET), answered from a snapshot of the gateway.
 STATUS_ROUTES: list[tuple[str, base.StatusRoute]] = [
     ("/v1/models", openai_frontend.models),
-    ("/health", openai_frontend.health),
+    ("/health", tgi.health),  # TGI's: 200 empty, 503 with its ErrorResponse
+    ("/", tgi.health),  # TGI answers GET / as /health
+    ("/info", tgi.info),
 ]
 
 # Model names that clients send as placeholders for "the one model": TGI serves one model

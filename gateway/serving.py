@@ -128,7 +128,7 @@ class ProtocolEndpoint:
                          send)
         try:
             async for batch in batches:
-                out = b"".join([enc.encode(e) for e in batch])
+                out = b"".join([enc.encode(e) for e in batch]) + enc.flush()
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 if isinstance(batch[-1], ev.Usage):

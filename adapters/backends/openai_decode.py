@@ -70,6 +70,25 @@ def completion_logprobs(lp: Any, ids: list[int] | None) -> list[ev.TokenLogprob]
     return out
 
 
+def prompt_info(choice: int, ids: list[int] | None, plp: Any) -> ev.PromptInfo:
+    """vLLM's completion-choice `prompt_token_ids` (return_token_ids) and `prompt_logprobs`:
+    per position null (the first) or {"<id>": {"logprob", "rank", "decoded_token"}}, the prompt
+    token among the top ones (protocol.py CompletionResponseChoice, Logprob)."""
+    lps: list[ev.TokenLogprob | None] | None = None
+    if isinstance(plp, list):
+        lps = []
+        for pos, entry in enumerate(plp):
+            if not isinstance(entry, dict) or not entry:
+                lps.append(None)
+                continue
+            key = str(ids[pos]) if ids is not None and pos < len(ids) else next(iter(entry))
+            lp = entry.get(key) or next(iter(entry.values()))
+            tid = int(key) if key.isdigit() else None
+            lps.append(ev.TokenLogprob(str(lp.get("decoded_token") or ""),
+                                       float(lp.get("logprob", 0.0)), None, tid))
+    return ev.PromptInfo(choice, ids, lps)
+
+
 def _error_message(err: Any) -> str:
     if isinstance(err, dict):
         return str(err.get("message") or err)
@@ -153,6 +172,8 @@ class OpenAIDecoder:
 
     def _text_choice(self, c: dict[str, Any], _: Any, out: list[ev.Event]) -> None:
         i = c.get("index", 0)
+        if c.get("prompt_token_ids") is not None or c.get("prompt_logprobs") is not None:
+            out.append(prompt_info(i, c.get("prompt_token_ids"), c.get("prompt_logprobs")))
         ids = c.get("token_ids")
         lp = c.get("logprobs")
         lps = completion_logprobs(lp, ids) if lp else None

@@ -80,6 +80,9 @@ class _Chunks:
     def _chunk(self, choice: dict[str, Any]) -> bytes:
         return self._prefix + orjson.dumps(choice) + self._suffix
 
+    def flush(self) -> bytes:
+        return b""  # nothing is ever held back
+
     def fail(self, exc: errors.GatewayError) -> bytes:
         # vLLM (serving_chat.py): an error event, then [DONE]; openai-python raises on it.
         return framing.sse(orjson.dumps(error_object(exc))) + framing.SSE_DONE

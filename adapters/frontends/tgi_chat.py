@@ -1,0 +1,208 @@
+"""TGI's Messages API on /v1/chat/completions: the OpenAI front end, with TGI's differences
+where TGI clients see them.
+
+TGI serves one model whatever a client calls it, so its clients name none or a placeholder:
+"tgi" (text_generation's Client.chat) or "dummy" (huggingface_hub's InferenceClient with a
+base_url). Such a request is read as TGI reads it (`null` for any optional field, TGI's
+GrammarType `response_format`, a bare function name as `tool_choice`) and answered in TGI's
+chat shape (lib.rs ChatCompletion / ChatCompletionChunk / CompletionType, chat.rs
+create_event_from_stream_token, server.rs chat_completions @ db931fcf): `object` first, an empty
+`id`, a string `system_fingerprint` (text_generation's ChatComplete and ChatCompletionChunk
+require one), `role` in every delta, `usage: null` on every chunk, finish reasons `stop`,
+`stop_sequence` and `length`. Requests naming a real model are plain OpenAI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, assert_never
+
+import orjson
+
+from adapters import base, framing, validation
+from adapters.frontends import openai, openai_encode, tgi, tgi_encode
+from schemas import canonical, errors
+from schemas import events as ev
+
+# The names TGI's clients send; the same as registry.DEFAULT_MODEL_PLACEHOLDERS (the registry
+# imports this module, so it cannot be imported here; a unit test keeps the two equal).
+PLACEHOLDERS = ("tgi", "dummy")
+
+# Marks a request answered in TGI's shape (InferenceRequest.client_state).
+TGI_CHAT = "tgi-chat"
+
+# FinishReason.format(true) (lib.rs): only eos_token becomes "stop"; TGI reports a tool call
+# as the end of sequence it is.
+FINISH: dict[str, str] = {
+    "eos": "stop", "stop_token": "stop", "stop_string": "stop_sequence", "length": "length",
+    "tool_calls": "stop", "content_filter": "stop", "abort": "stop", "error": "stop",
+}
+
+_FINGERPRINT = orjson.dumps(tgi.SYSTEM_FINGERPRINT)
+
+
+class TgiMessagesFrontend(openai.OpenAIChatFrontend):
+    """POST /v1/chat/completions for OpenAI and TGI clients alike."""
+
+    def parse(self, body: bytes, ctx: base.RequestContext) -> canonical.InferenceRequest:
+        data = validation.load_object(body)
+        model = data.get("model")
+        if model is not None and model not in PLACEHOLDERS:
+            return super().parse(body, ctx)
+        req = super().parse(orjson.dumps(as_openai(data)), ctx)
+        req.model = None  # the default model, which answers under its own name
+        req.client_state = TGI_CHAT
+        return req
+
+    def encoder(self, req: canonical.InferenceRequest,
+                meta: base.ResponseMeta) -> base.StreamEncoder:
+        if req.client_state == TGI_CHAT:
+            return ChatStreamEncoder(req, meta)
+        return super().encoder(req, meta)
+
+    def render(self, req: canonical.InferenceRequest, done: canonical.Completion,
+               meta: base.ResponseMeta) -> base.Rendered:
+        if req.client_state == TGI_CHAT:
+            return base.Rendered(200, orjson.dumps(chat_body(req, done, meta)))
+        return super().render(req, done, meta)
+
+
+def as_openai(data: dict[str, Any]) -> dict[str, Any]:
+    """A TGI ChatRequest as the OpenAI request it means."""
+    out = {k: v for k, v in data.items() if v is not None and k != "tool_prompt"}
+    if isinstance(out.get("logit_bias"), list):
+        del out["logit_bias"]  # TGI's Vec<f32> form, which TGI marks UNUSED
+    if out.get("top_logprobs") and not out.get("logprobs"):
+        del out["top_logprobs"]  # TGI returns no logprobs then, and does not refuse it
+    choice = out.get("tool_choice")
+    if isinstance(choice, str) and choice not in ("auto", "none", "required"):
+        out["tool_choice"] = {"type": "function", "function": {"name": choice}}  # lib.rs
+    fmt = out.get("response_format")
+    if isinstance(fmt, dict) and "value" in fmt:
+        _grammar(out, fmt)
+    return out
+
+
+def _grammar(out: dict[str, Any], fmt: dict[str, Any]) -> None:
+    """TGI's `{"type": "json" | "json_object" | "json_schema" | "regex", "value": ...}`
+    (huggingface_hub sends `{"type": "json_object", "value": schema}`)."""
+    kind, value = fmt.get("type"), fmt.get("value")
+    del out["response_format"]
+    if kind == "regex":
+        out["structured_outputs"] = {"regex": value}
+        return
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise errors.InvalidRequest(f"grammar is not valid: {exc}",
+                                        field="response_format") from None
+    if kind == "json_schema" and isinstance(value, dict) and "schema" in value:
+        spec = {"name": value.get("name") or "response_format", "schema": value["schema"]}
+    else:
+        spec = {"name": "response_format", "schema": value}
+    out["response_format"] = {"type": "json_schema", "json_schema": spec}
+
+
+def _logprobs(lps: list[ev.TokenLogprob] | None) -> dict[str, Any] | None:
+    """ChatCompletionLogprobs (lib.rs): token, f32 logprob, top_logprobs; no bytes."""
+    if lps is None:
+        return None
+    return {"content": [
+        {"token": t.token, "logprob": tgi_encode.f32(t.logprob),
+         "top_logprobs": [{"token": a.token, "logprob": tgi_encode.f32(a.logprob)}
+                          for a in t.top]} for t in lps]}
+
+
+class ChatStreamEncoder:
+    """TGI's chat.completion.chunk events, then `data: [DONE]` (also after an error)."""
+
+    media_type = "text/event-stream"
+    headers: Mapping[str, str] = MappingProxyType({"x-accel-buffering": "no"})
+
+    def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta):
+        self._head = (b'{"object":"chat.completion.chunk","id":"","created":'
+                      + str(meta.created).encode() + b',"model":' + orjson.dumps(meta.model)
+                      + b',"system_fingerprint":' + _FINGERPRINT + b',"choices":[')
+        self._logprobs = req.logprobs
+        self._include_usage = req.include_usage
+        self._usage: ev.Usage | None = None
+        self._generated = 0
+
+    def _chunk(self, choice: int, delta: dict[str, Any], logprobs: Any = None,
+               finish: str | None = None) -> bytes:
+        c = {"index": choice, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        return b"data: " + self._head + orjson.dumps(c) + b'],"usage":null}\n\n'
+
+    def encode(self, e: ev.Event) -> bytes:
+        match e:
+            case ev.TextDelta():
+                self._generated += len(e.token_ids) if e.token_ids is not None else 1
+                lps = _logprobs(e.logprobs) if self._logprobs else None
+                return self._chunk(e.choice, _text(e.text), lps)
+            case ev.ReasoningDelta():
+                return self._chunk(e.choice, {**_text(""), "reasoning_content": e.text})
+            case ev.ToolCallDelta():
+                # DeltaToolCall (lib.rs): id and type on every fragment, name only on the first.
+                call = {"index": e.index, "id": e.id or "", "type": "function",
+                        "function": {"name": e.name, "arguments": e.arguments}}
+                return self._chunk(e.choice, {"role": "assistant", "tool_calls": [call]})
+            case ev.Finish():
+                # TGI's last token carries the finish reason, and a stop sequence's text: TGI
+                # keeps it (StopSequenceCriteria), the canonical text never has it.
+                stop = e.matched if e.reason == "stop_string" and isinstance(e.matched, str) \
+                    else ""
+                return self._chunk(e.choice, _text(stop), None, FINISH[e.reason])
+            case ev.Usage():
+                self._usage = e
+                return b""
+            case ev.Role() | ev.PromptInfo():
+                return b""  # no role-only chunk: every delta carries the role
+            case _:
+                assert_never(e)
+
+    def flush(self) -> bytes:
+        return b""  # nothing is held back
+
+    def fail(self, exc: errors.GatewayError) -> bytes:
+        """InferError::into_openai_event (infer/mod.rs): always http_status_code 422."""
+        message = tgi_encode.error_parts(exc)[2]
+        body = orjson.dumps({"error": {"message": message, "http_status_code": 422}})
+        return framing.sse(body) + framing.SSE_DONE
+
+    def finish(self) -> bytes:
+        if not self._include_usage:
+            return framing.SSE_DONE
+        usage = self._usage or ev.Usage(0, self._generated)
+        body = self._head + b'],"usage":' + orjson.dumps(openai_encode.usage_dict(usage)) + b"}"
+        return framing.sse(body) + framing.SSE_DONE
+
+
+def _text(text: str) -> dict[str, Any]:
+    """A TextMessage delta. `tool_calls: null` is not in TGI 3's bytes, but text_generation
+    0.7.0's ChoiceDelta requires the key (pydantic 2 `Optional` without a default)."""
+    return {"role": "assistant", "content": text, "tool_calls": None}
+
+
+def chat_body(req: canonical.InferenceRequest, done: canonical.Completion,
+              meta: base.ResponseMeta) -> dict[str, Any]:
+    """ChatCompletion under CompletionType's `object` tag (lib.rs)."""
+    choices = []
+    for c in done.choices:
+        msg: dict[str, Any] = {"role": "assistant",
+                               "content": tgi_encode.with_stop(c.text, c.finish)}
+        if c.tool_calls:  # ToolCallMessage: no content; FunctionDefinition with description
+            msg = {"role": "assistant", "tool_calls": [
+                {"id": t.id, "type": "function",
+                 "function": {"description": None, "name": t.name, "arguments": t.arguments}}
+                for t in c.tool_calls]}
+        if c.reasoning is not None:
+            msg["reasoning_content"] = c.reasoning
+        choices.append({"index": c.index, "message": msg,
+                        "logprobs": _logprobs(c.logprobs or []) if req.logprobs else None,
+                        "finish_reason": FINISH[c.finish.reason] if c.finish else "length"})
+    usage = done.usage or ev.Usage(0, sum(len(c.token_ids or ()) for c in done.choices))
+    return {"object": "chat.completion", "id": "", "created": meta.created, "model": meta.model,
+            "system_fingerprint": tgi.SYSTEM_FINGERPRINT, "choices": choices,
+            "usage": openai_encode.usage_dict(usage)}

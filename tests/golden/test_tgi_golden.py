@@ -1,0 +1,143 @@
+"""Golden bytes of the TGI front end: /generate, /generate_stream, POST /, the Messages API on
+/v1/chat/completions, /info, /health and every error.
+
+Sources: TGI router @ db931fcf (v3.3.7) `lib.rs` (GenerateResponse, Details, BestOfSequence,
+StreamResponse, StreamDetails, Token, PrefillToken, Info, ChatCompletion, ChatCompletionChunk,
+ErrorResponse: field order and skip_serializing_if), `server.rs` (generate_internal,
+generate_stream_internal: index from 1, generated_text and details only on the last event, no
+`[DONE]`, every error of a stream as an event after HTTP 200; compat_generate: the array body and
+return_full_text on by default; health; From<InferError>), `validation.rs` (messages), axum >= 0.7
+SSE (`data: ` with a space); wire-formats.md section 4.
+
+A case directory is named for its route (generate_, stream_, compat_, chat_) and holds
+`request.json`, the canonical events (`events.jsonl`) or a worker's bytes (`worker.txt`, vLLM's
+completions API, decoded by our vLLM decoder), the vLLM request we build (`upstream.txt`) and
+the exact answer (`response.txt`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import orjson
+import pytest
+
+from adapters import base
+from adapters.backends import vllm
+from adapters.frontends import tgi, tgi_chat
+from schemas import canonical, errors
+from schemas import events as ev
+from schemas import tgi as wire
+from tests.golden import runner
+
+META = base.ResponseMeta(id="golden", created=1700000000, model="demo", request_id="rid")
+TARGET = base.Target("http://worker:8000", "meta-llama/Llama-3.1-8B-Instruct")
+CASES = runner.cases("tgi")
+TGI = runner.ROOT / "tgi"
+
+
+MODES: dict[str, tgi.Mode] = {"generate": "generate", "stream": "stream", "compat": "compat"}
+
+
+def frontend(case: Path) -> base.Frontend:
+    route = case.name.split("_", 1)[0]
+    if route == "chat":
+        return tgi_chat.TgiMessagesFrontend()
+    return tgi.TgiFrontend(MODES[route])
+
+
+def head(status: int, media_type: str, headers: Mapping[str, str]) -> bytes:
+    lines = "".join(f"{k}: {v}\n" for k, v in sorted(headers.items()))
+    return f"status: {status}\ncontent-type: {media_type}\n{lines}\n".encode()
+
+
+def events_of(case: Path, req: canonical.InferenceRequest
+              ) -> tuple[list[ev.Event], errors.GatewayError | None]:
+    worker = case / "worker.txt"
+    if not worker.exists():
+        return runner.load_events(case / "events.jsonl")
+    dec = vllm.VllmBackend().decoder(req, streaming=req.stream)
+    return dec.feed(worker.read_bytes()) + dec.close(), None
+
+
+def render_case(case: Path, update: bool) -> bytes:
+    """The answer bytes, as serving.py produces them: parse, worker check, then the stream or
+    the folded whole; an error before the first byte is the frontend's render_error."""
+    fe = frontend(case)
+    try:
+        req = fe.parse((case / "request.json").read_bytes(), base.RequestContext())
+        vllm.VllmBackend().check(req)
+    except errors.GatewayError as exc:
+        r = fe.render_error(exc)
+        return head(r.status, r.media_type, r.headers) + r.body
+    up = vllm.VllmBackend().build(req, TARGET)
+    pretty = orjson.dumps(orjson.loads(up.body), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    runner.check_bytes(case / "upstream.txt", f"{up.method} {up.url}\n".encode() + pretty + b"\n",
+                       update)
+    events, failure = events_of(case, req)
+    meta = base.ResponseMeta(META.id, META.created, req.model or META.model, META.request_id)
+    if req.stream:
+        enc = fe.encoder(req, meta)
+        out = b"".join(enc.encode(e) for e in events)
+        out += enc.fail(failure) if failure else enc.finish()
+        return head(200, enc.media_type, enc.headers) + out
+    done = canonical.Completion.fold(events, req.choice_count)
+    r = fe.render(req, done, meta)
+    return head(r.status, r.media_type, r.headers) + r.body + b"\n"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda p: p.name)
+def test_tgi_answer_bytes(case: Path, update_goldens: bool) -> None:
+    runner.check_bytes(case / "response.txt", render_case(case, update_goldens), update_goldens)
+
+
+def test_every_tgi_case_is_present() -> None:
+    names = {p.name for p in CASES}
+    assert {"generate_details", "generate_prefill_top_tokens", "generate_best_of",
+            "stream_details_top_tokens", "stream_error", "stream_invalid_temperature",
+            "compat_whole", "compat_stream", "chat_stream_tgi"} <= names
+
+
+def test_generate_answers_validate_against_tgi_models() -> None:
+    """Every /generate, / and /generate_stream golden parses with the wire models."""
+    for case in CASES:
+        status, _, body = (case / "response.txt").read_bytes().partition(b"\n\n")
+        if case.name.startswith("chat_") or b"status: 200" not in status:
+            continue
+        if b"text/event-stream" in status:
+            for line in body.split(b"\n\n"):
+                if line.startswith(b"data: {\"index\""):
+                    wire.StreamResponse.model_validate_json(line[6:])
+        elif case.name.startswith("compat_"):
+            wire.GenerateResponse.model_validate(orjson.loads(body)[0])
+        else:
+            wire.GenerateResponse.model_validate_json(body)
+
+
+def _view(healthy: bool) -> base.GatewayView:
+    model = base.ModelView("demo", ("d",), "meta-llama/Llama-3.1-8B-Instruct", healthy)
+    return base.GatewayView((model,), model, "0.1.0", 1700000000, 128, 10485760)
+
+
+def test_info_and_health_bytes(update_goldens: bool) -> None:
+    ctx = base.RequestContext("/info")
+    out = b""
+    for name, r in [("GET /info", tgi.info(_view(True), ctx)),
+                    ("GET /health healthy", tgi.health(_view(True), ctx)),
+                    ("GET /health unhealthy", tgi.health(_view(False), ctx))]:
+        out += name.encode() + b"\n" + head(r.status, r.media_type, r.headers) + r.body + b"\n\n"
+    runner.check_bytes(TGI / "status_routes.txt", out, update_goldens)
+    wire.Info.model_validate_json(tgi.info(_view(True), ctx).body)
+
+
+def test_tgi_error_bodies(update_goldens: bool) -> None:
+    """Every error class through every TGI route: status, headers and ErrorResponse."""
+    out = b""
+    for cls in sorted(errors.all_error_classes(), key=lambda c: c.__name__):
+        for mode in ("generate", "stream", "compat"):
+            r = tgi.TgiFrontend(mode).render_error(cls("something went wrong", field="x"))
+            wire.ErrorResponse.model_validate_json(r.body.removeprefix(b"data: "))
+            out += f"{cls.__name__} {mode}: ".encode() + head(r.status, r.media_type, r.headers)
+            out += r.body + b"\n"
+    runner.check_bytes(TGI / "errors.txt", out, update_goldens)

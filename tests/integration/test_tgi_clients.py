@@ -1,0 +1,169 @@
+"""TGI's own Python clients, unchanged, against a running gateway in front of the simulator.
+
+huggingface_hub's InferenceClient with only `base_url` set: text_generation posts TGI's compat
+route (POST /) and chat_completion posts /v1/chat/completions with model "dummy".
+text_generation's Client (0.7.0; it pins huggingface-hub<1.0, so it is not a declared test
+dependency and these tests skip without it) posts / and /v1/chat/completions with model "tgi".
+The simulator's /_sim/last_request shows the vLLM request each call became.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from huggingface_hub import InferenceClient
+from huggingface_hub import errors as hf_errors
+
+from tests.integration import procs
+
+pytestmark = pytest.mark.integration
+
+PROMPT = "What is Deep Learning?"
+MSGS = [{"role": "user", "content": PROMPT}]
+
+
+@pytest.fixture(scope="module")
+def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    tmp = tmp_path_factory.mktemp("tgi")
+    sim, sim_url = procs.simulator(tmp, "--tokens", "8")
+    gw, url = procs.gateway(tmp, f"""
+server: {{timeouts: {{first_byte: 10, idle: 5}}}}
+default_model: demo
+models:
+  - name: demo
+    backend: vllm
+    upstreams: [{sim_url}]
+    upstream_model: org/demo-model
+""")
+    try:
+        yield url, sim_url
+    finally:
+        gw.stop()
+        sim.stop()
+
+
+@pytest.fixture
+def hf(urls: tuple[str, str]) -> InferenceClient:
+    return InferenceClient(base_url=urls[0], timeout=20)
+
+
+def last_upstream(urls: tuple[str, str]) -> dict[str, Any]:
+    seen: dict[str, Any] = httpx.get(urls[1] + "/_sim/last_request", timeout=5).json()
+    return seen
+
+
+def test_text_generation_plain_and_details(hf: InferenceClient,
+                                           urls: tuple[str, str]) -> None:
+    text = hf.text_generation(PROMPT, max_new_tokens=5)
+    # TGI's POST / returns the full text when the client sets no return_full_text (server.rs
+    # compat_generate, pipeline tag text-generation).
+    assert text.startswith(PROMPT) and len(text) > len(PROMPT)
+    sent = last_upstream(urls)
+    assert sent["path"] == "/v1/completions"
+    assert sent["body"]["prompt"] == PROMPT and sent["body"]["max_tokens"] == 5
+    assert sent["body"]["temperature"] == 0.0  # parameters sent, no do_sample: greedy
+    out = hf.text_generation(PROMPT, max_new_tokens=5, details=True, return_full_text=False)
+    assert out.details is not None
+    assert out.details.finish_reason == "length" and out.details.generated_tokens == 5
+    assert [t.text for t in out.details.tokens] and all(
+        isinstance(t.id, int) and t.logprob <= 0 for t in out.details.tokens)
+    assert out.generated_text == "".join(t.text for t in out.details.tokens)
+    assert text == PROMPT + out.generated_text
+    body = last_upstream(urls)["body"]
+    assert body["return_token_ids"] is True and body["logprobs"] == 0
+
+
+def test_text_generation_stream_and_stream_with_details(hf: InferenceClient) -> None:
+    whole = hf.text_generation(PROMPT, max_new_tokens=6, return_full_text=False)
+    pieces = list(hf.text_generation(PROMPT, max_new_tokens=6, stream=True))
+    assert all(isinstance(p, str) for p in pieces) and "".join(pieces) == whole
+    events = list(hf.text_generation(PROMPT, max_new_tokens=6, stream=True, details=True,
+                                     return_full_text=False))
+    assert len(events) == 6
+    assert all(e.details is None and e.generated_text is None for e in events[:-1])
+    last = events[-1]
+    assert last.generated_text == whole and last.details is not None
+    assert last.details.finish_reason == "length" and last.details.generated_tokens == 6
+    assert "".join(e.token.text for e in events) == whole
+
+
+def test_eos_stop_sequence_sampling_and_prefill(hf: InferenceClient,
+                                                urls: tuple[str, str]) -> None:
+    out = hf.text_generation(PROMPT, details=True, return_full_text=False)  # 8 tokens then EOS
+    assert out.details is not None and out.details.finish_reason == "eos_token"
+    assert out.details.generated_tokens == 9  # the EOS token counts, as in TGI
+    stop = out.generated_text.split()[2]
+    cut = hf.text_generation(PROMPT, details=True, stop=[stop], return_full_text=False)
+    assert cut.details is not None and cut.details.finish_reason == "stop_sequence"
+    assert cut.generated_text.endswith(stop)  # TGI keeps the stop sequence
+    assert last_upstream(urls)["body"]["include_stop_str_in_output"] is True
+    sampled = hf.text_generation(PROMPT, max_new_tokens=3, do_sample=True, seed=5,
+                                 temperature=0.7, top_k=20, top_p=0.9, details=True)
+    assert sampled.details is not None and sampled.details.seed == 5
+    body = last_upstream(urls)["body"]
+    assert (body["seed"], body["temperature"], body["top_k"], body["top_p"]) == (5, 0.7, 20, 0.9)
+    pre = hf.text_generation(PROMPT, max_new_tokens=2, details=True, decoder_input_details=True)
+    assert pre.details is not None and [t.id for t in pre.details.prefill][0] == 1  # BOS
+    assert last_upstream(urls)["body"]["prompt_logprobs"] == 1
+
+
+def test_errors_raise_tgi_typed_exceptions(hf: InferenceClient) -> None:
+    with pytest.raises(hf_errors.ValidationError, match="`temperature` must be strictly"):
+        hf.text_generation(PROMPT, temperature=0.0)
+    with pytest.raises(hf_errors.ValidationError, match="`top_p` must be > 0.0 and < 1.0"):
+        list(hf.text_generation(PROMPT, top_p=1.0, stream=True))
+    with pytest.raises(hf_errors.GenerationError, match="Simulated engine error"):
+        list(hf.text_generation(PROMPT + " [[sim error_after=2]]", stream=True))
+
+
+def test_chat_completion_whole_and_stream(hf: InferenceClient, urls: tuple[str, str]) -> None:
+    whole = hf.chat_completion(MSGS, max_tokens=5)
+    assert whole.model == "demo" and whole.system_fingerprint == "3.3.7-native"
+    assert whole.choices[0].message.content and whole.choices[0].finish_reason == "length"
+    sent = last_upstream(urls)
+    assert sent["path"] == "/v1/chat/completions" and sent["body"]["model"] == "org/demo-model"
+    chunks = list(hf.chat_completion(MSGS, max_tokens=5, stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+def test_info_and_health(urls: tuple[str, str]) -> None:
+    info = httpx.get(urls[0] + "/info", timeout=5).json()
+    assert info["model_id"] == "org/demo-model" and info["max_best_of"] == 2
+    for path in ("/health", "/"):
+        r = httpx.get(urls[0] + path, timeout=5)
+        assert (r.status_code, r.content) == (200, b"")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # its own pydantic `.dict()` calls
+def test_text_generation_client(urls: tuple[str, str]) -> None:
+    tg = pytest.importorskip("text_generation")
+    client = tg.Client(urls[0], timeout=20)
+    out = client.generate(PROMPT, max_new_tokens=4)
+    assert out.details.generated_tokens == 4 and out.details.finish_reason == "length"
+    streamed = list(client.generate_stream(PROMPT, max_new_tokens=4))
+    assert streamed[-1].generated_text == out.generated_text
+    assert "".join(r.token.text for r in streamed) == out.generated_text
+    assert last_upstream(urls)["body"]["prompt"] == PROMPT
+    with pytest.raises(tg.errors.ValidationError, match="`typical_p` is not supported"):
+        client.generate(PROMPT, typical_p=0.5)  # valid to TGI, not to a vLLM worker
+    message = tg.types.Message(role="user", content=PROMPT)
+    chat = client.chat(messages=[message], max_tokens=4)
+    assert chat.system_fingerprint == "3.3.7-native" and chat.choices[0].message.content
+    assert last_upstream(urls)["body"]["model"] == "org/demo-model"
+    # Every chunk parses (role and tool_calls in each delta); text_generation 0.7.0 then
+    # json.loads the terminator " [DONE]" and fails, as it does against TGI itself, which ends
+    # chat streams with `data: [DONE]` too (huggingface_hub and openai need it).
+    chunks = []
+    with pytest.raises(json.JSONDecodeError) as done:
+        for chunk in client.chat(messages=[message], max_tokens=4, stream=True):
+            chunks.append(chunk)
+    assert done.value.doc == " [DONE]"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == \
+        chat.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == "length"
