@@ -7,13 +7,14 @@ from collections.abc import Callable
 
 from adapters import base
 from adapters.backends import openai as openai_backend
-from adapters.backends import vllm
+from adapters.backends import trtllm, vllm
 from adapters.frontends import openai as openai_frontend
 from adapters.frontends import tgi, tgi_chat
 
 BACKENDS: dict[str, type[base.Backend]] = {
     "vllm": vllm.VllmBackend,
     "openai": openai_backend.OpenAIBackend,
+    "trtllm": trtllm.TrtllmBackend,
 }
 
 # Inference routes (POST): path (Starlette syntax) -> the frontend that serves it.

@@ -1,10 +1,13 @@
-"""Golden transcripts of the vLLM worker protocol: the upstream request we build for a client
+"""Golden transcripts of the OpenAI-style worker protocols (vllm, trtllm): the upstream request we build for a client
 request, and the canonical events decoded from a worker's recorded bytes.
 
 Worker bytes follow vLLM 0.11 (`serving_chat.py` / `serving_completion.py`,
 `model_dump_json(exclude_unset=True)`; usage order prompt, total, completion from
 `engine/protocol.py UsageInfo`) as collected in shared/research/wire-formats.md section 3.
 The in-band error case is vLLM's mid-stream `data: {"error": {...}}` then `data: [DONE]` (3.5).
+trtllm-serve bytes follow tensorrt_llm/serve/openai_server.py and postprocess_handlers.py
+(section 6.1): `exclude_none` chunks, the first written as `data: {...} \n\n`, a usage chunk
+with every field, and on a mid-stream failure the connection just ends.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import orjson
 import pytest
 
 from adapters import base
-from adapters.backends import vllm
+from adapters import registry
 from adapters.frontends import openai as frontend
 from schemas import canonical, errors
 from tests.golden import runner
@@ -30,19 +33,33 @@ def parse(case: Path) -> canonical.InferenceRequest:
     return fe.parse(body, base.RequestContext())
 
 
-@pytest.mark.parametrize("case", runner.cases("vllm"), ids=lambda p: p.name)
+CASES = [c for kind in ("vllm", "trtllm") for c in runner.cases(kind)]
+
+
+def _backend(case: Path) -> base.Backend:
+    return registry.backend(case.parent.name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_upstream_request(case: Path, update_goldens: bool) -> None:
     req = parse(case)
-    up = vllm.VllmBackend().build(req, TARGET)
+    backend = _backend(case)
+    try:
+        backend.check(req)
+    except errors.GatewayError as exc:
+        runner.check_bytes(case / "upstream.txt", f"refused {exc.status}: {exc.message}\n"
+                           .encode(), update_goldens)
+        return
+    up = backend.build(req, TARGET)
     pretty = orjson.dumps(orjson.loads(up.body), option=orjson.OPT_INDENT_2)
     runner.check_bytes(case / "upstream.txt",
                        f"{up.method} {up.url}\n".encode() + pretty + b"\n", update_goldens)
 
 
-@pytest.mark.parametrize("case", runner.cases("vllm"), ids=lambda p: p.name)
+@pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_worker_bytes_to_events(case: Path, update_goldens: bool) -> None:
     req = parse(case)
-    dec = vllm.VllmBackend().decoder(req, streaming=req.stream)
+    dec = _backend(case).decoder(req, streaming=req.stream)
     try:
         events = dec.feed((case / "worker.txt").read_bytes()) + dec.close()
         text = runner.dump_events(events)
