@@ -343,6 +343,8 @@ def measure(port: int, case: dict[str, Any], watch: list[int], sim_pid: int,
     if result["proxy_cpu_s"] is not None:
         cpu_us = result["proxy_cpu_s"] * 1e6
         result["proxy_util"] = result["proxy_cpu_s"] / window
+        result["proxy_sys_share"] = (result["proxy_sys_s"] / result["proxy_cpu_s"]
+                                     if result["proxy_cpu_s"] else None)
         result["cpu_us_per_chunk"] = cpu_us / result["chunks"] if result["chunks"] else None
         result["cpu_us_per_request"] = cpu_us / result["requests"] if result["requests"] else None
         # what one core would carry if this CPU cost per request held at 100% of the core
@@ -351,13 +353,17 @@ def measure(port: int, case: dict[str, Any], watch: list[int], sim_pid: int,
     return result
 
 
-def run_py_spy(pid: int, seconds: float, out: Path, core: int) -> subprocess.Popen[bytes] | None:
+def run_py_spy(pid: int, seconds: float, out: Path, core: int,
+               native: bool = False) -> subprocess.Popen[bytes] | None:
     exe = shutil.which("py-spy") or str(Path(PY).parent / "py-spy")
     if not Path(exe).exists():
         print("py-spy not found; no profile", file=sys.stderr)
         return None
     cmd = [exe, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))),
-           "--rate", "200", "--format", "raw", "--output", str(out), "--nonblocking"]
+           "--rate", "200", "--format", "raw", "--output", str(out)]
+    # --native needs to pause the process to unwind its C stacks; without it, py-spy reads
+    # the Python stacks without stopping the gateway
+    cmd.append("--native" if native else "--nonblocking")
     return subprocess.Popen(pinned(cmd, core), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 
@@ -367,6 +373,16 @@ def run_py_spy(pid: int, seconds: float, out: Path, core: int) -> subprocess.Pop
 
 def fmt(v: float | None, spec: str = ".1f") -> str:
     return "–" if v is None else format(v, spec)
+
+
+def proxy_core(r: dict[str, Any]) -> str:
+    """The proxy's share of its core, and the kernel's (syscall) part of that."""
+    if r.get("proxy_util") is None:
+        return "–"
+    out = f"{r['proxy_util'] * 100:.0f}%"
+    if r.get("proxy_sys_share") is not None:
+        out += f" (sys {r['proxy_sys_share'] * 100:.0f}%)"
+    return out
 
 
 def table(case_name: str, rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> str:
@@ -379,7 +395,8 @@ def table(case_name: str, rows: list[tuple[str, dict[str, Any]]], args: argparse
         "",
         ("| target | req/s | chunks/s | TTFT p50 / p99 (ms) | added TTFT p50 / p99 (ms) "
          "| throughput / direct | proxy CPU µs/chunk | proxy CPU µs/req | CPU / nginx "
-         "| proxy core | 1-core capacity req/s | load core (sim + loadgen) | errors |"),
+         "| proxy core (kernel share) | 1-core capacity req/s | load core (sim + loadgen) "
+         "| errors |"),
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in rows:
@@ -401,7 +418,7 @@ def table(case_name: str, rows: list[tuple[str, dict[str, Any]]], args: argparse
             f"| {name} | {r['req_per_s']:.0f} | {r['chunks_per_s']:.0f} "
             f"| {fmt(t['p50'], '.2f')} / {fmt(t['p99'], '.2f')} | {added} | {ratio} "
             f"| {fmt(r.get('cpu_us_per_chunk'))} | {fmt(r.get('cpu_us_per_request'))} "
-            f"| {vs_nginx} | {fmt(r.get('proxy_util') and r['proxy_util'] * 100, '.0f')}% "
+            f"| {vs_nginx} | {proxy_core(r)} "
             f"| {fmt(r.get('capacity_req_per_s'), '.0f')} "
             f"| {r['load_core_util'] * 100:.0f}% ({r['sim_util'] * 100:.0f} + "
             f"{r['loadgen_util'] * 100:.0f}) | {r['errors']} |")
@@ -412,8 +429,8 @@ def table(case_name: str, rows: list[tuple[str, dict[str, Any]]], args: argparse
     busy_other = [f"{name} {r['proxy_core_other'] * 100:.0f}%" for name, r in rows
                   if name != "direct" and r.get("proxy_core_other", 0) > 0.1]
     if busy_other:
-        notes.append("the proxy core was also busy with other work (other processes, softirq "
-                     "accounted to none) during: " + ", ".join(busy_other)
+        notes.append("the proxy core also ran other processes (a shared machine) during: "
+                     + ", ".join(busy_other)
                      + "; those rows' throughput and latency are pessimistic.")
     load_other = [f"{name} {(r['load_core_busy'] - r['load_core_util']) * 100:.0f}%"
                   for name, r in rows if r["load_core_busy"] - r["load_core_util"] > 0.15]
@@ -461,6 +478,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--py-spy", action="store_true",
                    help="profile each gateway run with py-spy (affects its numbers; raw "
                         "stacks and a summary go to bench/results/)")
+    p.add_argument("--native", action="store_true",
+                   help="with --py-spy: C frames too (pauses the gateway at every sample)")
     p.add_argument("--out", default=str(HERE / "results"))
     args = p.parse_args(argv)
     args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -476,7 +495,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for s in args.servers:
         if s not in ("uvicorn", "granian"):
             p.error(f"unknown server {s!r}")
+    if "granian" in args.servers:
+        import importlib.util
+        if importlib.util.find_spec("granian") is None:
+            p.error("--server granian: granian is not installed (pip install granian)")
     return args
+
+
+def source_state() -> dict[str, Any]:
+    """The commit measured and whether the tree had local changes (read-only git calls)."""
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=False,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+    changed = [line[3:] for line in git("status", "--porcelain").splitlines()]
+    return {"commit": git("rev-parse", "--short", "HEAD"),
+            "changed_files": len(changed),
+            "changed_runtime_files": [f for f in changed
+                                      if f.startswith(("gateway/", "adapters/", "schemas/"))]}
 
 
 class Spy:
@@ -493,7 +531,7 @@ class Spy:
 
     def _start(self, pid: int, args: argparse.Namespace, raw: Path) -> None:
         if not self.cancelled:
-            self.proc = run_py_spy(pid, args.duration, raw, args.load_core)
+            self.proc = run_py_spy(pid, args.duration, raw, args.load_core, args.native)
 
     def finish(self) -> None:
         self.cancelled = True
@@ -540,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with it ignored
 
     logs = {"on": [False], "off": [True], "both": [False, True]}[args.logs]
     targets: list[dict[str, Any]] = []
@@ -565,6 +604,7 @@ def main(argv: list[str] | None = None) -> int:
         "args": dict(vars(args)),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform(), "load": os.getloadavg()},
+        "source": source_state(),
         "cases": {},
     }
     started = time.monotonic()

@@ -30,20 +30,28 @@ import httptools
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (all its threads), in seconds; 0 when it is gone."""
+def proc_cpu_split(pid: int) -> tuple[float, float]:
+    """(utime, stime) of one process (all its threads), in seconds; zeros when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     fields = raw[raw.rindex(b")") + 2:].split()
     # fields[0] is field 3 (state): utime is field 14, stime field 15
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    return sum(proc_cpu_split(pid))
 
 
 def cpu_of(pids: list[int]) -> float:
     return sum(proc_cpu_seconds(p) for p in pids)
+
+
+def sys_of(pids: list[int]) -> float:
+    return sum(proc_cpu_split(p)[1] for p in pids)
 
 
 def cores_busy() -> dict[str, float]:
@@ -281,11 +289,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(max(0.0, stats.window_start - time.perf_counter()))
         samples["t0"], samples["cpu0"], samples["self0"] = (
             time.perf_counter(), cpu_of(watch), proc_cpu_seconds(me))
+        samples["sys0"] = sys_of(watch)
         extra0 = [proc_cpu_seconds(p) for p in args.also_pid or []]
         busy0 = cores_busy()
         await asyncio.sleep(max(0.0, stats.window_end - time.perf_counter()))
         samples["t1"], samples["cpu1"], samples["self1"] = (
             time.perf_counter(), cpu_of(watch), proc_cpu_seconds(me))
+        samples["sys1"] = sys_of(watch)
         extra1 = [proc_cpu_seconds(p) for p in args.also_pid or []]
         busy1 = cores_busy()
         samples["also"] = sum(extra1) - sum(extra0)
@@ -309,6 +319,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     "p99": percentile(ms, 99), "n": len(ms)},
         "latency_ms_p50": percentile([t * 1000 for t in stats.latency], 50),
         "proxy_cpu_s": samples["cpu1"] - samples["cpu0"] if watch else None,
+        "proxy_sys_s": samples["sys1"] - samples["sys0"] if watch else None,
         "loadgen_cpu_s": samples["self1"] - samples["self0"],
         "also_cpu_s": samples["also"] if args.also_pid else None,
         "core_busy_s": samples["cores"],
