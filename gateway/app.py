@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adapters import registry
 from gateway import cli, config, pipeline, routing, serving, supervisor, upstream
@@ -19,7 +22,7 @@ def aiohttp_client(cfg: config.Config) -> upstream.UpstreamClient:
     return upstream.AiohttpClient(cfg.server.timeouts.connect)
 
 
-def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client) -> Starlette:
+def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client) -> FastPaths:
     """The gateway for `cfg`; `client_factory` makes the upstream client inside the loop."""
     router = routing.Router(cfg)
     services = serving.Services(cfg, router, pipeline.Pipeline(_Unstarted(), cfg.server),
@@ -33,6 +36,8 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
         app.state.supervisor = workers
         try:
             await workers.start()
+            gc.collect()
+            gc.freeze()  # what startup made lives for good; keep it out of every collection
             yield
         finally:
             await workers.stop()
@@ -48,7 +53,32 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
         for path, answer in registry.STATUS_ROUTES]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services
-    return app
+    return FastPaths(app, routes)
+
+
+class FastPaths:
+    """Sends requests for fixed paths straight to their endpoint, skipping Starlette's router
+    and its middleware wrappers on every `send` (the benchmark's profile showed them on each
+    streamed chunk); path-parameter routes, HEAD, 404/405 and lifespan go through Starlette."""
+
+    def __init__(self, app: Starlette, routes: list[BaseRoute]):
+        self.starlette = app
+        self.exact: dict[tuple[str, str], ASGIApp] = {}
+        for r in routes:
+            if isinstance(r, Route) and "{" not in r.path:
+                for method in r.methods or ():
+                    if method != "HEAD":
+                        self.exact[(method, r.path)] = r.endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            endpoint = self.exact.get((scope["method"], scope["path"]))
+            if endpoint is not None:
+                return await endpoint(scope, receive, send)
+        await self.starlette(scope, receive, send)
+
+    def __getattr__(self, name: str) -> Any:  # state, router: the Starlette app's
+        return getattr(self.starlette, name)
 
 
 class _Unstarted:

@@ -10,6 +10,7 @@ upstream read; a stream that ends without its terminal event raises, and closing
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -38,7 +39,7 @@ class Opened:
     resp: upstream.UpstreamResponse
     decoder: base.StreamDecoder
     first: list[ev.Event]
-    chunks: AsyncIterator[bytes] | None  # None once the body is fully read
+    more: bool  # False once the body is fully read
 
 
 class Pipeline:
@@ -53,23 +54,34 @@ class Pipeline:
         order = route.upstreams.order()
         if not order:
             raise errors.UpstreamUnavailable(f"model `{route.name}` has no healthy upstream")
+        try:  # the first attempt costs no retry machinery
+            return await self._attempt(route, req, order, request_id, note)
+        except errors.UpstreamUnavailable:
+            if not self.retries:
+                raise
+        await asyncio.sleep(random.uniform(0, 0.05))  # jitter before the first retry, too
         retrying = tenacity.AsyncRetrying(
-            stop=tenacity.stop_after_attempt(self.retries + 1),
+            stop=tenacity.stop_after_attempt(self.retries),
             wait=tenacity.wait_random_exponential(multiplier=0.05, max=1.0),
             retry=tenacity.retry_if_exception_type(errors.UpstreamUnavailable),
             reraise=True,
         )
         async for attempt in retrying:
             with attempt:
-                url = order[note.attempts % len(order)]
-                note.attempts += 1
-                note.upstream = url
-                try:
-                    return await self._once(route, req, url, request_id, note)
-                except errors.GatewayError as exc:
-                    note.errors.append(f"{url}: {exc.message}")
-                    raise
+                return await self._attempt(route, req, order, request_id, note)
         raise AssertionError("unreachable: tenacity reraises")
+
+    async def _attempt(self, route: routing.Route, req: canonical.InferenceRequest,
+                       order: list[str], request_id: str, note: Attempt) -> Opened:
+        """One attempt, on the next upstream in `order`."""
+        url = order[note.attempts % len(order)]
+        note.attempts += 1
+        note.upstream = url
+        try:
+            return await self._once(route, req, url, request_id, note)
+        except errors.GatewayError as exc:
+            note.errors.append(f"{url}: {exc.message}")
+            raise
 
     async def _once(self, route: routing.Route, req: canonical.InferenceRequest, url: str,
                     request_id: str, note: Attempt) -> Opened:
@@ -95,15 +107,14 @@ class Pipeline:
         dec = route.backend.decoder(req, streaming)
         if not streaming:
             dec.feed(await resp.read())
-            return Opened(resp, dec, dec.close(), None)
-        chunks = aiter(resp.chunks())
+            return Opened(resp, dec, dec.close(), False)
         try:
-            async for data in chunks:
+            while data := await resp.read_chunk():
                 if first := dec.feed(data):
-                    return Opened(resp, dec, first, chunks)
+                    return Opened(resp, dec, first, True)
         except errors.UpstreamBroken as exc:  # the transport broke before any event
             raise errors.UpstreamUnavailable(exc.message) from exc
-        return Opened(resp, dec, dec.close(), None)
+        return Opened(resp, dec, dec.close(), False)
 
     async def batches(self, opened: Opened) -> AsyncIterator[list[ev.Event]]:
         """Event batches, one per upstream read; the upstream is closed however this ends."""
@@ -111,13 +122,11 @@ class Pipeline:
         dog = IdleWatchdog(loop, self.timeouts.idle)
         try:
             yield opened.first
-            chunks = opened.chunks
-            while chunks is not None:
+            read = opened.resp.read_chunk
+            while opened.more:
                 dog.waiting = True
                 try:
-                    data = await anext(chunks)
-                except StopAsyncIteration:
-                    break
+                    data = await read()
                 except asyncio.CancelledError:
                     if dog.fired and dog.task is not None:
                         dog.task.uncancel()
@@ -125,11 +134,13 @@ class Pipeline:
                             f"the worker sent nothing for {self.timeouts.idle:g}s") from None
                     raise
                 dog.waiting = False
+                if not data:
+                    if out := opened.decoder.close():
+                        yield out
+                    break
                 dog.last = loop.time()
                 if out := opened.decoder.feed(data):
                     yield out
-            if chunks is not None and (out := opened.decoder.close()):
-                yield out
         finally:
             dog.cancel()
             await asyncio.shield(opened.resp.aclose())

@@ -23,8 +23,8 @@ from schemas import errors
 class UpstreamResponse(Protocol):
     status: int
 
-    def chunks(self) -> AsyncIterator[bytes]:
-        """Body bytes as they arrive, in whatever pieces the socket gives."""
+    async def read_chunk(self) -> bytes:
+        """The body bytes that have arrived, as the socket gave them; b"" at the end."""
         ...
 
     async def read(self) -> bytes: ...
@@ -63,10 +63,13 @@ class AiohttpResponse:
         self._resp = resp
         self.status = resp.status
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        with map_errors(before_status=False):
-            async for data in self._resp.content.iter_any():
-                yield data
+    async def read_chunk(self) -> bytes:
+        try:  # a plain try, not map_errors: this runs once per chunk
+            return await self._resp.content.readany()
+        except (aiohttp.ClientError, OSError) as exc:
+            with map_errors(before_status=False):
+                raise exc from None
+        raise AssertionError("unreachable")
 
     async def read(self) -> bytes:
         with map_errors(before_status=False):
@@ -109,16 +112,21 @@ class AiohttpClient:
 
 
 class HttpxResponse:
-    __slots__ = ("_resp", "status")
+    __slots__ = ("_chunks", "_resp", "status")
 
     def __init__(self, resp: httpx.Response):
         self._resp = resp
         self.status = resp.status_code
+        self._chunks: AsyncIterator[bytes] | None = None
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def read_chunk(self) -> bytes:
+        if self._chunks is None:
+            self._chunks = aiter(self._resp.aiter_bytes())
         with map_errors(before_status=False):
-            async for data in self._resp.aiter_bytes():
-                yield data
+            async for data in self._chunks:
+                if data:
+                    return data
+        return b""
 
     async def read(self) -> bytes:
         with map_errors(before_status=False):
