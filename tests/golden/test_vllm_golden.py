@@ -17,8 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from adapters import base
-from adapters import registry
+from adapters import base, registry
 from adapters.frontends import openai as frontend
 from schemas import canonical, errors
 from tests.golden import runner
