@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import time
@@ -13,7 +14,10 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adapters import registry
-from gateway import cli, config, pipeline, routing, serving, supervisor, upstream
+from gateway import cli, config, pipeline, resolver, routing, serving, supervisor, upstream
+
+# How often DNS-named upstreams (headless Services) are re-resolved.
+DNS_REFRESH_SECONDS = 5.0
 
 ClientFactory = Callable[[config.Config], upstream.UpstreamClient]
 
@@ -34,12 +38,17 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
         services.pipeline.client = client
         workers = supervisor.Supervisor(cfg, router, client)
         app.state.supervisor = workers
+        sets = [r.upstreams for r in router.routes.values() if r.upstreams.to_resolve]
+        dns = asyncio.ensure_future(resolver.refresh_forever(sets, DNS_REFRESH_SECONDS))
         try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(resolver.refresh(sets), 5.0)
             await workers.start()
             gc.collect()
             gc.freeze()  # what startup made lives for good; keep it out of every collection
             yield
         finally:
+            dns.cancel()
             await workers.stop()
             await client.aclose()
 

@@ -1,0 +1,60 @@
+"""Upstreams named by DNS stand for every address the name resolves to, refreshed live."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway import balancer, resolver
+
+
+def test_round_robin_starts_on_each_upstream_in_turn() -> None:
+    ups = balancer.Upstreams(("http://10.0.0.1:8000", "http://10.0.0.2:8000"))
+    assert ups.order() == ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
+    assert ups.order() == ["http://10.0.0.2:8000", "http://10.0.0.1:8000"]
+
+
+def test_managed_workers_join_and_leave() -> None:
+    ups = balancer.Upstreams()
+    ups.add("http://127.0.0.1:9000")
+    assert ups.all == ["http://127.0.0.1:9000"]
+    ups.remove("http://127.0.0.1:9000")
+    assert ups.order() == []
+
+
+def test_only_http_names_are_resolved() -> None:
+    assert balancer.dns_name("http://vllm-workers.ns.svc.cluster.local:8000") == \
+        "vllm-workers.ns.svc.cluster.local"
+    assert balancer.dns_name("http://10.1.2.3:8000") is None
+    assert balancer.dns_name("http://[::1]:8000") is None
+    assert balancer.dns_name("https://api.example.com") is None  # TLS needs its name
+
+
+@pytest.mark.anyio
+async def test_headless_service_scales_without_restart() -> None:
+    records = {"workers.ns.svc": ["10.0.0.7", "10.0.0.5"]}
+
+    async def find(host: str, port: int) -> list[str]:
+        assert port == 8000
+        return sorted(records.get(host, []))
+
+    ups = balancer.Upstreams(("http://workers.ns.svc:8000", "http://10.9.9.9:8000"))
+    assert ups.all == ["http://workers.ns.svc:8000", "http://10.9.9.9:8000"]
+    await resolver.refresh([ups], find)
+    assert ups.all == ["http://10.0.0.5:8000", "http://10.0.0.7:8000", "http://10.9.9.9:8000"]
+    records["workers.ns.svc"].append("10.0.0.9")  # scaled up
+    await resolver.refresh([ups], find)
+    assert "http://10.0.0.9:8000" in ups.all and len(ups.all) == 4
+    records["workers.ns.svc"] = []  # a failed lookup keeps the last answer
+    await resolver.refresh([ups], find)
+    assert len(ups.all) == 4
+    records["workers.ns.svc"] = ["10.0.0.9"]  # scaled down
+    await resolver.refresh([ups], find)
+    assert ups.all == ["http://10.0.0.9:8000", "http://10.9.9.9:8000"]
+
+
+@pytest.mark.anyio
+async def test_real_lookup_of_localhost() -> None:
+    assert "127.0.0.1" in await resolver.lookup("localhost", 80)
+    ups = balancer.Upstreams(("http://localhost:8123",))
+    await resolver.refresh([ups])
+    assert ups.all == ["http://127.0.0.1:8123"]
