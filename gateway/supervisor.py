@@ -1,7 +1,11 @@
 """Managed worker processes: start, gate on health, register as upstream, restart, stop.
 
-Each worker runs as a child in its own process group with PR_SET_PDEATHSIG, so neither it nor
-its children outlive a gateway that is killed. Its output goes to the structured log.
+Each worker runs as a child in its own process group with PR_SET_PDEATHSIG (SIGKILL when the
+gateway dies, even by SIGKILL), and stop() signals the whole group, so no worker outlives the
+gateway while that is alive to send it; only grandchildren of a gateway killed by SIGKILL
+are beyond its reach. Its output goes to the structured log, a line an event. Draining:
+uvicorn finishes in-flight requests (up to `server.drain_seconds`) before the lifespan's
+shutdown calls stop(), which then sends SIGTERM and, after a grace period, SIGKILL.
 """
 
 from __future__ import annotations
@@ -15,9 +19,15 @@ import socket
 import sys
 import time
 
+import tenacity
+
 from gateway import config, observability, routing, upstream
 
 _PR_SET_PDEATHSIG = 1
+RESTART_BASE_SECONDS = 0.5  # backoff 0.5, 1, 2, 4 ... s between restarts
+RESTART_MAX_SECONDS = 30.0
+HEALTH_PERIOD_SECONDS = 5.0  # probes of a running worker
+HEALTH_FAILURES = 3  # consecutive failed probes that take it out of rotation
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -68,18 +78,26 @@ class ManagedWorker:
 
     async def run(self) -> None:
         """Start, and restart with exponential backoff while the policy says so."""
-        failures = 0
-        while not self._stopping:
-            started = time.monotonic()
-            code = await self._run_once()
-            if self._stopping or self.cfg.restart == "never" or (
-                    self.cfg.restart == "on-failure" and code == 0):
-                return
-            failures = 0 if time.monotonic() - started > 60 else failures + 1
-            delay = min(30.0, 0.5 * 2 ** failures)
-            self.restarts += 1
-            self._log.warning("worker_exited", code=code, restart_in_s=delay)
-            await asyncio.sleep(delay)
+        retrying = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_result(self._should_restart),
+            wait=tenacity.wait_exponential(multiplier=RESTART_BASE_SECONDS,
+                                           max=RESTART_MAX_SECONDS),
+            before_sleep=self._log_restart,
+            stop=tenacity.stop_never,
+        )
+        await retrying(self._run_once)
+
+    def _should_restart(self, code: int) -> bool:
+        if self._stopping or self.cfg.restart == "never":
+            return False
+        return self.cfg.restart == "always" or code != 0
+
+    def _log_restart(self, state: tenacity.RetryCallState) -> None:
+        self.restarts += 1
+        code = state.outcome.result() if state.outcome is not None else None
+        delay = state.next_action.sleep if state.next_action is not None else 0
+        self._log.warning("worker_exited", code=code, restart_in_s=round(delay, 3),
+                          restarts=self.restarts)
 
     async def _run_once(self) -> int:
         self.proc = await asyncio.create_subprocess_exec(
@@ -103,18 +121,32 @@ class ManagedWorker:
             self._log.info("worker_output", line=line.decode("utf-8", "replace").rstrip())
 
     async def _gate(self) -> None:
-        """Register the worker as an upstream once its health endpoint answers 200."""
+        """Register the worker as an upstream once its health endpoint answers 200; then
+        keep probing, and take it out of rotation while it fails (back in when it recovers)."""
         deadline = time.monotonic() + self.cfg.startup_timeout
         health = self.url + self.route.backend.health_path()
-        while time.monotonic() < deadline:
-            if await self.client.probe(health, timeout=2.0) == 200:
+        while await self.client.probe(health, timeout=2.0) != 200:
+            if time.monotonic() > deadline:
+                self._log.error("worker_unhealthy", startup_timeout_s=self.cfg.startup_timeout)
+                await self._signal(signal.SIGKILL)
+                return
+            await asyncio.sleep(0.1)
+        self.route.upstreams.add(self.url)
+        self.healthy.set()
+        self._log.info("worker_healthy")
+        failures = 0
+        while True:
+            await asyncio.sleep(HEALTH_PERIOD_SECONDS)
+            ok = await self.client.probe(health, timeout=2.0) == 200
+            failures = 0 if ok else failures + 1
+            if ok and not self.healthy.is_set():
                 self.route.upstreams.add(self.url)
                 self.healthy.set()
                 self._log.info("worker_healthy")
-                return
-            await asyncio.sleep(0.1)
-        self._log.error("worker_unhealthy", startup_timeout_s=self.cfg.startup_timeout)
-        await self._signal(signal.SIGKILL)
+            elif failures == HEALTH_FAILURES and self.healthy.is_set():
+                self.route.upstreams.remove(self.url)
+                self.healthy.clear()
+                self._log.warning("worker_unhealthy", failures=failures)
 
     async def stop(self, grace: float) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds; the whole process group."""
