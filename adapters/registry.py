@@ -8,8 +8,8 @@ from collections.abc import Callable
 from adapters import base
 from adapters.backends import openai as openai_backend
 from adapters.backends import trtllm, vllm
+from adapters.frontends import elastic, tgi, tgi_chat
 from adapters.frontends import openai as openai_frontend
-from adapters.frontends import tgi, tgi_chat
 
 BACKENDS: dict[str, type[base.Backend]] = {
     "vllm": vllm.VllmBackend,
@@ -26,6 +26,14 @@ INFERENCE_ROUTES: list[tuple[str, Callable[[], base.Frontend]]] = [
     ("/generate", functools.partial(tgi.TgiFrontend, "generate")),
     ("/generate_stream", functools.partial(tgi.TgiFrontend, "stream")),
     ("/", functools.partial(tgi.TgiFrontend, "compat")),
+    # Elasticsearch's inference API (x-pack inference rest/Paths.java); `{id}` is a model name.
+    ("/_inference/{id}/_unified", elastic.ElasticChatFrontend),
+    ("/_inference/{id}/_stream", elastic.ElasticChatFrontend),
+    ("/_inference/chat_completion/{id}/_unified", elastic.ElasticChatFrontend),
+    ("/_inference/chat_completion/{id}/_stream", elastic.ElasticChatFrontend),
+    ("/_inference/completion/{id}", elastic.ElasticCompletionFrontend),
+    ("/_inference/completion/{id}/_stream",
+     functools.partial(elastic.ElasticCompletionFrontend, True)),
 ]
 
 # Status routes (GET), answered from a snapshot of the gateway.

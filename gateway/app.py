@@ -14,7 +14,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adapters import registry
-from gateway import cli, config, pipeline, resolver, routing, serving, supervisor, upstream
+from gateway import cli, config, metrics, pipeline, resolver, routing, serving, supervisor, upstream
 
 # How often DNS-named upstreams (headless Services) are re-resolved.
 DNS_REFRESH_SECONDS = 5.0
@@ -41,8 +41,6 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
         sets = [r.upstreams for r in router.routes.values() if r.upstreams.to_resolve]
         dns = asyncio.ensure_future(resolver.refresh_forever(sets, DNS_REFRESH_SECONDS))
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(resolver.refresh(sets), 5.0)
             await workers.start()
             gc.collect()
             gc.freeze()  # what startup made lives for good; keep it out of every collection
@@ -60,6 +58,13 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
         Route(path, serving.StatusEndpoint(answer, services, cli.version(), started),
               methods=["GET"])
         for path, answer in registry.STATUS_ROUTES]
+    async def metrics_route(scope: Scope, receive: Receive, send: Send) -> None:
+        body = metrics.exposition(router)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", metrics.CONTENT_TYPE.encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    routes.append(Route("/metrics", _Asgi(metrics_route), methods=["GET"]))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services
     return FastPaths(app, routes)
@@ -88,6 +93,16 @@ class FastPaths:
 
     def __getattr__(self, name: str) -> Any:  # state, router: the Starlette app's
         return getattr(self.starlette, name)
+
+
+class _Asgi:
+    """Wraps an ASGI function so Starlette treats it as an app, not a request handler."""
+
+    def __init__(self, fn: ASGIApp):
+        self.fn = fn
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.fn(scope, receive, send)
 
 
 class _Unstarted:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import structlog
 
+from gateway import metrics
+
 if TYPE_CHECKING:
     from gateway.serving import Exchange
 
@@ -38,8 +40,9 @@ def logger() -> Any:
 
 
 def log_exchange(x: Exchange) -> None:
-    """The request's one log line."""
+    """The request's one log line, and its metrics."""
     now = time.perf_counter()
+    metrics.record(x, now)
     fields: dict[str, Any] = {
         "request_id": x.request_id, "path": x.path, "model": x.model, "stream": x.stream,
         "status": x.status, "outcome": x.outcome,

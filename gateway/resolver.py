@@ -47,6 +47,8 @@ async def refresh(sets: Iterable[balancer.Upstreams], find: Lookup = lookup) -> 
 
 async def refresh_forever(sets: list[balancer.Upstreams], period: float,
                           find: Lookup = lookup) -> None:
+    """From startup on, in the background: until a name first resolves, its URL itself is
+    the upstream (the HTTP client resolves it per connection), so nothing waits on DNS."""
     while True:
-        await asyncio.sleep(period)
         await refresh(sets, find)
+        await asyncio.sleep(period)

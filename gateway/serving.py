@@ -49,6 +49,7 @@ class Exchange:
     model: str | None = None
     stream: bool = False
     first_event_at: float | None = None
+    reads: int = 0  # upstream reads streamed (for the inter-token latency metric)
     usage: ev.Usage | None = None
     error: str | None = None
     outcome: str = "ok"
@@ -128,6 +129,7 @@ class ProtocolEndpoint:
                          send)
         try:
             async for batch in batches:
+                x.reads += 1
                 out = b"".join([enc.encode(e) for e in batch]) + enc.flush()
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})

@@ -180,9 +180,10 @@ class ChatStreamEncoder:
 
 
 def _text(text: str) -> dict[str, Any]:
-    """A TextMessage delta. `tool_calls: null` is not in TGI 3's bytes, but text_generation
-    0.7.0's ChoiceDelta requires the key (pydantic 2 `Optional` without a default)."""
-    return {"role": "assistant", "content": text, "tool_calls": None}
+    """A TextMessage delta, as TGI 3 writes it (chat.rs): no `tool_calls` key. (text_generation
+    0.7.0's ChoiceDelta would want `tool_calls: null`, but Elasticsearch 8.19/9.x's streaming
+    parser refuses a null there, and that client cannot be installed beside huggingface_hub 1+.)"""
+    return {"role": "assistant", "content": text}
 
 
 def chat_body(req: canonical.InferenceRequest, done: canonical.Completion,

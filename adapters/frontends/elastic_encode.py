@@ -1,0 +1,304 @@
+"""Elastic client protocol, response side: SSE chunks, completion results and error bodies.
+
+Two framings (SPEC.md, "Where the sources disagree"): `documented` is seed 004's
+`event: message` + `data: {"chat_completion": {chunk}}`; `server` is what Elasticsearch writes
+(ServerSentEventsRestActionListener): a UTF-8 BOM before every event and the bare chunk. The
+chunk is the same in both: StreamingUnifiedChatCompletionResults.ChatCompletionChunk's field
+order, `created` and `system_fingerprint` dropped, null delta fields and a null finish_reason
+omitted. Each chunk is a pre-encoded head and tail around one orjson.dumps of its choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from types import MappingProxyType
+from typing import Any, Literal, assert_never
+
+import orjson
+
+from adapters import base
+from adapters.frontends import openai_encode
+from schemas import canonical, errors
+from schemas import events as ev
+
+Framing = Literal["documented", "server"]
+
+# ServerSentEventsRestActionListener.ServerSentEventSpec.BOM, written before every event.
+BOM = "\ufeff".encode()
+# RestController.ELASTIC_PRODUCT_HTTP_HEADER: on every Elasticsearch response; elasticsearch-py
+# refuses a 2xx without it (`_base.py`, UnsupportedProductError).
+PRODUCT_HEADERS: Mapping[str, str] = MappingProxyType({"x-elastic-product": "Elasticsearch"})
+# ServerSentEventSpec.MIME_TYPE.
+SSE_MEDIA_TYPE = "text/event-stream"
+JSON_MEDIA_TYPE = "application/json"
+
+# Elasticsearch copies the provider's `finish_reason`; the OpenAI names are what its OpenAI
+# service passes through (wire-formats.md section 9).
+FINISH = openai_encode.FINISH
+
+# RestStatus names, which UnifiedChatCompletionException.fromThrowable lower-cases into `code`.
+_STATUS_NAMES = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+    406: "not_acceptable", 408: "request_timeout", 413: "request_entity_too_large",
+    422: "unprocessable_entity", 424: "failed_dependency", 429: "too_many_requests",
+    500: "internal_server_error", 501: "not_implemented", 502: "bad_gateway",
+    503: "service_unavailable", 504: "gateway_timeout",
+}
+
+# The Elasticsearch exception each gateway error stands for, named as
+# ElasticsearchException.getExceptionName writes it (snake case, `Elasticsearch` dropped).
+_ES_TYPES: dict[type[errors.GatewayError], str] = {
+    errors.InvalidRequest: "illegal_argument_exception",
+    errors.Unauthorized: "security_exception",
+    errors.ModelNotFound: "resource_not_found_exception",  # "Inference endpoint not found [x]"
+    errors.Overloaded: "es_rejected_execution_exception",
+    errors.RequestError: "status_exception",
+    errors.UpstreamRejected: "status_exception",  # provider errors: ElasticsearchStatusException
+    errors.UpstreamError: "status_exception",
+    errors.GatewayError: "illegal_state_exception",
+}
+
+
+@dataclass(slots=True, frozen=True)
+class ElasticState:
+    """What the frontend noted about a request (InferenceRequest.client_state)."""
+
+    framing: Framing = "documented"
+    media_type: str = JSON_MEDIA_TYPE  # of a whole JSON answer (the compat type if asked)
+
+
+def framing_of(options: Mapping[str, Any]) -> Framing:
+    """The `elastic.framing` setting from a model's (or the gateway's) options."""
+    elastic = options.get("elastic") or {}
+    return "server" if elastic.get("framing") == "server" else "documented"
+
+
+def event(name: bytes, data: bytes, framing: Framing) -> bytes:
+    """One SSE event: `event: <name>`, `data: <data>`, a blank line; the BOM first on `server`."""
+    return (BOM if framing == "server" else b"") + b"event: " + name + b"\ndata: " + data + b"\n\n"
+
+
+def done(framing: Framing) -> bytes:
+    """ServerSentEventDoneBodyPart: `event: message` + `data: [DONE]`."""
+    return event(b"message", b"[DONE]", framing)
+
+
+def usage_dict(u: ev.Usage) -> dict[str, Any]:
+    """ChatCompletionChunk.Usage: completion, prompt, total; details only when known."""
+    out: dict[str, Any] = {"completion_tokens": u.completion_tokens,
+                           "prompt_tokens": u.prompt_tokens, "total_tokens": u.total_tokens}
+    if u.cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": u.cached_tokens}
+    if u.reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": u.reasoning_tokens}
+    return out
+
+
+def _call(e: ev.ToolCallDelta) -> dict[str, Any]:
+    """Delta.ToolCall: index, id (when known), function {arguments, name}, then `type`, which
+    ToolCall.toXContentChunked writes with `b.field` even when null (continuation fragments)."""
+    fn: dict[str, Any] = {"arguments": e.arguments}
+    if e.name is not None:
+        fn["name"] = e.name
+    out: dict[str, Any] = {"index": e.index}
+    if e.id is not None:
+        out["id"] = e.id
+    out["function"] = fn
+    out["type"] = "function" if e.id is not None else None
+    return out
+
+
+class ChatStreamEncoder:
+    """Unified chat completion chunks, a usage chunk with empty choices, then [DONE]."""
+
+    media_type = SSE_MEDIA_TYPE
+    headers: Mapping[str, str] = PRODUCT_HEADERS
+
+    def __init__(self, meta: base.ResponseMeta, framing: Framing):
+        self._framing = framing
+        head = b'{"id":' + orjson.dumps(openai_encode.CHAT_ID + meta.id) + b',"choices":['
+        tail = b'],"model":' + orjson.dumps(meta.model) + b',"object":"chat.completion.chunk"'
+        start = (BOM if framing == "server" else b"") + b"event: message\ndata: "
+        # Seed 004 wraps each chunk in {"chat_completion": ...}; Elasticsearch's code does not.
+        wrap = framing == "documented"
+        self._prefix = start + (b'{"chat_completion":' if wrap else b"") + head
+        self._tail = tail
+        self._end = b"}}\n\n" if wrap else b"}\n\n"
+        self._started: set[int] = set()
+        self._usage: ev.Usage | None = None
+        self._generated = 0
+
+    def _chunk(self, choice: dict[str, Any]) -> bytes:
+        return self._prefix + orjson.dumps(choice) + self._tail + self._end
+
+    def _delta(self, choice: int, delta: dict[str, Any]) -> bytes:
+        return self._role(choice) + self._chunk({"delta": delta, "index": choice})
+
+    def _role(self, choice: int) -> bytes:
+        """Seed 004's first chunk: `{"content":"","role":"assistant"}` (Delta field order)."""
+        if choice in self._started:
+            return b""
+        self._started.add(choice)
+        return self._chunk({"delta": {"content": "", "role": "assistant"}, "index": choice})
+
+    def encode(self, e: ev.Event) -> bytes:
+        match e:
+            case ev.Role():
+                return self._role(e.choice)
+            case ev.TextDelta():
+                self._generated += len(e.token_ids) if e.token_ids is not None else 1
+                return self._delta(e.choice, {"content": e.text})
+            case ev.ReasoningDelta():
+                return self._delta(e.choice, {"reasoning": e.text})  # Delta.reasoning
+            case ev.ToolCallDelta():
+                return self._delta(e.choice, {"tool_calls": [_call(e)]})
+            case ev.Finish():
+                return self._role(e.choice) + self._chunk(
+                    {"delta": {}, "finish_reason": FINISH[e.reason], "index": e.choice})
+            case ev.Usage():
+                self._usage = e
+                return b""
+            case ev.PromptInfo():
+                return b""
+            case _:
+                assert_never(e)
+
+    def flush(self) -> bytes:
+        return b""  # nothing is held back
+
+    def fail(self, exc: errors.GatewayError) -> bytes:
+        """StreamingSubscriber.onError: one `event: error` and no [DONE]."""
+        return event(b"error", orjson.dumps(unified_error(exc, mid_stream=True)), self._framing)
+
+    def finish(self) -> bytes:
+        """Seed 004: "The last object message of the stream contains the token usage"."""
+        usage = self._usage or ev.Usage(0, self._generated)
+        last = (self._prefix + self._tail + b',"usage":' + orjson.dumps(usage_dict(usage))
+                + self._end)
+        return last + done(self._framing)
+
+
+class CompletionStreamEncoder:
+    """The completion task's stream: `{"completion":[{"delta": text}]}` per event, then
+    [DONE] (StreamingChatCompletionResults.Results); reasoning, finish and usage have no place."""
+
+    media_type = SSE_MEDIA_TYPE
+    headers: Mapping[str, str] = PRODUCT_HEADERS
+
+    def __init__(self, framing: Framing):
+        self._framing = framing
+        self._prefix = ((BOM if framing == "server" else b"") + b"event: message\ndata: "
+                        + b'{"completion":[{"delta":')
+
+    def encode(self, e: ev.Event) -> bytes:
+        match e:
+            case ev.TextDelta():
+                if not e.text:  # OpenAiStreamingProcessor drops empty content
+                    return b""
+                return self._prefix + orjson.dumps(e.text) + b"}]}\n\n"
+            case (ev.Role() | ev.ReasoningDelta() | ev.ToolCallDelta() | ev.Finish() | ev.Usage()
+                  | ev.PromptInfo()):
+                return b""
+            case _:
+                assert_never(e)
+
+    def flush(self) -> bytes:
+        return b""
+
+    def fail(self, exc: errors.GatewayError) -> bytes:
+        """errorChunk: an exception the inference layer did not format is ES's generic error."""
+        return event(b"error", orjson.dumps(es_error(exc)), self._framing)
+
+    def finish(self) -> bytes:
+        return done(self._framing)
+
+
+def completion_body(done_: canonical.Completion) -> dict[str, Any]:
+    """ChatCompletionResults: `{"completion": [{"result": text}]}`, one result per choice."""
+    return {"completion": [{"result": c.text} for c in done_.choices]}
+
+
+# ---- errors ----
+
+
+def tag(exc: errors.GatewayError, es_type: str, rest: bool = False) -> errors.GatewayError:
+    """Note on an error which Elasticsearch exception it stands for, and whether Elasticsearch
+    raises it in its REST layer (before the SSE listener exists: a JSON body, never SSE)."""
+    setattr(exc, "elastic_type", es_type)  # noqa: B010 - a frontend-private note
+    setattr(exc, "elastic_rest", rest)  # noqa: B010
+    return exc
+
+
+def es_type(exc: errors.GatewayError) -> str:
+    noted = getattr(exc, "elastic_type", None)
+    if isinstance(noted, str):
+        return noted
+    return next(_ES_TYPES[c] for c in type(exc).__mro__ if c in _ES_TYPES)
+
+
+def rest_layer(exc: errors.GatewayError) -> bool:
+    """Errors Elasticsearch answers before its SSE listener exists: security (401), request
+    size (413) and read time (408), thread-pool rejection (429), a bad Content-Type (406) or an
+    empty body; RestController writes them as JSON (wire-formats.md 7.4)."""
+    if getattr(exc, "elastic_rest", False):
+        return True
+    return isinstance(exc, errors.Unauthorized | errors.PayloadTooLarge | errors.Overloaded) \
+        or exc.status == 408
+
+
+def status_name(status: int) -> str:
+    if status in _STATUS_NAMES:
+        return _STATUS_NAMES[status]
+    try:
+        return HTTPStatus(status).name.lower()
+    except ValueError:
+        return "internal_server_error"
+
+
+def unified_error(exc: errors.GatewayError, mid_stream: bool = False) -> dict[str, Any]:
+    """UnifiedChatCompletionException: code, message, param, type (code/param only when set).
+    `code` is the lower-cased status name (fromThrowable); a failure after the stream began is
+    `stream_error`, as the OpenAI service's mid-stream errors are (buildMidStreamError)."""
+    body: dict[str, Any] = {"code": "stream_error" if mid_stream else status_name(exc.status),
+                            "message": exc.message}
+    if exc.field:
+        body["param"] = exc.field
+    body["type"] = es_type(exc)
+    return {"error": body}
+
+
+def es_error(exc: errors.GatewayError) -> dict[str, Any]:
+    """ElasticsearchException.generateFailureXContent with detailed errors on: root_cause, type,
+    reason, then the HTTP status (ServerSentEventsRestActionListenerTests shows the bytes)."""
+    cause = {"type": es_type(exc), "reason": exc.message}
+    return {"error": {"root_cause": [cause], **cause}, "status": exc.status}
+
+
+def _headers(exc: errors.GatewayError) -> dict[str, str]:
+    headers = dict(PRODUCT_HEADERS)
+    if isinstance(exc, errors.Overloaded):
+        headers["retry-after"] = str(exc.retry_after)  # elastic-transport retries 429
+    return headers
+
+
+def render_json_error(exc: errors.GatewayError) -> base.Rendered:
+    """A whole JSON error: the simple form for a refused Content-Type
+    (RestResponse.createSimpleErrorResponse), ES's generic error otherwise."""
+    if exc.status == 406:
+        body = orjson.dumps({"error": exc.message, "status": exc.status})
+    else:
+        body = orjson.dumps(es_error(exc))
+    return base.Rendered(exc.status, body, JSON_MEDIA_TYPE, _headers(exc))
+
+
+def render_stream_error(exc: errors.GatewayError, framing: Framing,
+                        unified: bool) -> base.Rendered:
+    """An error of a streaming route: ServerSentEventsRestActionListener.onFailure sends it as
+    `event: error` with the error's own HTTP status; errors of the REST layer are JSON."""
+    if rest_layer(exc):
+        return render_json_error(exc)
+    payload = unified_error(exc) if unified else es_error(exc)
+    return base.Rendered(exc.status, event(b"error", orjson.dumps(payload), framing),
+                         SSE_MEDIA_TYPE, _headers(exc))

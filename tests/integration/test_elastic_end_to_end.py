@@ -1,0 +1,241 @@
+"""Elasticsearch's side of the gateway, end to end: real gateway and simulator processes.
+
+(a) The official `elasticsearch` client's transport on the Elastic routes: it checks
+`X-Elastic-Product` on every 2xx (elasticsearch `_sync/client/_base.py`), rewrites
+`application/json` to `application/vnd.elasticsearch+json; compatible-with=9`, reads
+`text/event-stream` as text and raises its typed errors on 4xx/5xx. The released client has no
+method for the unified chat API, so chat goes through `perform_request` (wire-formats.md 7.6).
+(b) The gateway as an Elasticsearch `openai` inference target: Elasticsearch's own request
+bodies replayed against /v1/chat/completions, every answer checked against its parsers
+(tests/unit/test_elastic_target.py).
+Tool calls both ways: the simulator calls the first tool it is given; /_sim/last_request shows
+what the worker was sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from elasticsearch import BadRequestError, Elasticsearch, NotFoundError, UnsupportedProductError
+
+from adapters.frontends import elastic_encode as enc
+from schemas import elastic as wire
+from tests.integration import procs
+from tests.unit import test_elastic_target as target
+
+pytestmark = pytest.mark.integration
+
+SSE = {"accept": "text/event-stream", "content-type": "application/json"}
+ASK = [{"role": "user", "content": "What is Elastic? [[sim tokens=4]]"}]
+TOOLS = [{"type": "function", "function": {
+    "name": "get_current_price", "description": "Price of an item",
+    "parameters": {"type": "object", "properties": {"item": {"type": "string"}}}}}]
+
+
+def config(sim_url: str, framing: str) -> str:
+    return f"""
+server: {{timeouts: {{first_byte: 10, idle: 5}}}}
+default_model: demo
+elastic: {{framing: {framing}}}
+models:
+  - name: demo
+    aliases: [my-chat]
+    backend: vllm
+    upstreams: [{sim_url}]
+    upstream_model: org/demo-model
+"""
+
+
+@pytest.fixture(scope="module")
+def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    tmp = tmp_path_factory.mktemp("elastic")
+    sim, sim_url = procs.simulator(tmp)
+    started: list[procs.Proc] = [sim]
+    try:
+        gw, url = procs.gateway(tmp, config(sim_url, "documented"))
+        started.append(gw)
+        gw_server, url_server = procs.gateway(tmp, config(sim_url, "server"))
+        started.append(gw_server)
+        yield {"gw": url, "server": url_server, "sim": sim_url}
+    finally:
+        for p in reversed(started):
+            p.stop()
+
+
+@pytest.fixture
+def es(urls: dict[str, str]) -> Elasticsearch:
+    return Elasticsearch(urls["gw"], request_timeout=20, max_retries=0)
+
+
+def last_upstream(urls: dict[str, str]) -> dict[str, Any]:
+    seen: dict[str, Any] = httpx.get(urls["sim"] + "/_sim/last_request", timeout=5).json()
+    return seen
+
+
+def chunks(body: str, server: bool = False) -> list[wire.ChatCompletionChunk]:
+    """The chunks of an Elastic chat stream, each validated; it must end with [DONE]."""
+    raw = body.encode()
+    out, done = [], False
+    for block in raw.split(b"\n\n")[:-1]:
+        name, data = block.split(b"\n")
+        assert name == (enc.BOM if server else b"") + b"event: message", block
+        payload = data.removeprefix(b"data: ")
+        if payload == b"[DONE]":
+            done = True
+            continue
+        out.append(wire.ChatCompletionChunk.model_validate_json(payload) if server
+                   else wire.ChunkEnvelope.model_validate_json(payload).chat_completion)
+    assert done and out[-1].usage is not None and out[-1].choices == []
+    return out
+
+
+def text_of(cs: list[wire.ChatCompletionChunk]) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in cs if c.choices)
+
+
+@pytest.mark.parametrize("path", ["/_inference/chat_completion/demo/_stream",
+                                  "/_inference/chat_completion/demo/_unified",
+                                  "/_inference/my-chat/_unified", "/_inference/demo/_stream"])
+def test_client_streams_chat_on_every_path(es: Elasticsearch, path: str) -> None:
+    resp = es.perform_request("POST", path, headers=SSE, body={"messages": ASK})
+    assert resp.meta.status == 200
+    assert resp.meta.headers["x-elastic-product"] == "Elasticsearch"
+    assert resp.meta.headers["content-type"] == "text/event-stream"
+    cs = chunks(resp.body)
+    assert text_of(cs) and cs[-1].usage is not None and cs[-1].usage.completion_tokens >= 4
+
+
+def test_the_product_check_is_what_the_header_passes(urls: dict[str, str]) -> None:
+    """A 2xx without `X-Elastic-Product` (the OpenAI route) is refused by the client."""
+    es = Elasticsearch(urls["gw"], request_timeout=20, max_retries=0)
+    with pytest.raises(UnsupportedProductError):
+        es.perform_request("POST", "/v1/chat/completions", headers=SSE,
+                           body={"model": "demo", "messages": ASK, "stream": True})
+
+
+def test_client_on_a_server_framed_gateway(urls: dict[str, str]) -> None:
+    """`elastic.framing: server`: a BOM before every event, bare chunks; the client's
+    `application/json` goes out as `application/vnd.elasticsearch+json; compatible-with=9`
+    (`mimetype_header_to_compat`) and is read as JSON."""
+    es = Elasticsearch(urls["server"], request_timeout=20, max_retries=0)
+    resp = es.perform_request("POST", "/_inference/chat_completion/demo/_stream", headers=SSE,
+                              body={"messages": ASK})
+    assert resp.body.startswith("\ufeffevent: message\ndata: {")
+    assert text_of(chunks(resp.body, server=True))
+
+
+def test_client_completion_task(es: Elasticsearch, urls: dict[str, str]) -> None:
+    resp = es.inference.completion(inference_id="demo", input="Hi [[sim tokens=3]]",
+                                   task_settings={"user": "a_user"})
+    assert resp.meta.headers["content-type"] == \
+        "application/vnd.elasticsearch+json;compatible-with=9"
+    result = resp.body["completion"][0]["result"]
+    assert isinstance(result, str) and result
+    sent = last_upstream(urls)["body"]
+    assert sent["messages"] == [{"role": "user", "content": "Hi [[sim tokens=3]]"}]
+    assert sent["user"] == "a_user" and sent["stream"] is False
+    streamed = es.perform_request("POST", "/_inference/completion/demo/_stream", headers=SSE,
+                                  body={"input": "Hi [[sim tokens=3]]"})
+    events = [b.split("\n")[1].removeprefix("data: ") for b in streamed.body.split("\n\n")[:-1]]
+    assert events[-1] == "[DONE]"
+    deltas = [wire.StreamingCompletionResults.model_validate_json(e).completion[0].delta
+              for e in events[:-1]]
+    assert "".join(deltas) == result  # the simulator is deterministic
+
+
+def test_client_raises_elasticsearchs_errors(es: Elasticsearch) -> None:
+    with pytest.raises(NotFoundError) as missing:
+        es.perform_request("POST", "/_inference/chat_completion/nope/_stream", headers=SSE,
+                           body={"messages": ASK})
+    assert missing.value.meta.headers["x-elastic-product"] == "Elasticsearch"
+    assert "Inference endpoint not found [nope]" in missing.value.body
+    with pytest.raises(BadRequestError) as unknown:
+        es.perform_request("POST", "/_inference/chat_completion/demo/_stream", headers=SSE,
+                           body={"messages": ASK, "max_tokens": 5})
+    event = unknown.value.body.split("\n")
+    assert event[0] == "event: error"
+    assert wire.UnifiedError.model_validate_json(event[1].removeprefix("data: ")).error.message \
+        == "[UnifiedCompletionRequest] unknown field [max_tokens]"
+    with pytest.raises(NotFoundError) as gone:
+        es.inference.completion(inference_id="nope", input="x")
+    assert gone.value.message == "resource_not_found_exception"  # the client's reading of it
+
+
+def test_worker_failures_before_and_after_the_first_chunk(es: Elasticsearch) -> None:
+    with pytest.raises(Exception) as refused:
+        es.perform_request("POST", "/_inference/chat_completion/demo/_stream", headers=SSE,
+                           body={"messages": [{"role": "user", "content": "x [[sim fail=503]]"}]})
+    assert getattr(refused.value, "status_code", None) in (502, 503)
+    assert refused.value.body.startswith("event: error\n")  # type: ignore[attr-defined]
+    cut = es.perform_request("POST", "/_inference/chat_completion/demo/_stream", headers=SSE,
+                             body={"messages": [{"role": "user",
+                                                 "content": "x [[sim tokens=8 drop_after=3]]"}]})
+    assert cut.meta.status == 200
+    last = cut.body.split("\n\n")[-2].split("\n")
+    assert last[0] == "event: error" and "[DONE]" not in cut.body
+    assert wire.UnifiedError.model_validate_json(last[1][6:]).error.code == "stream_error"
+
+
+def test_tool_calls_round_trip(es: Elasticsearch, urls: dict[str, str]) -> None:
+    """A tool call streamed by the worker arrives as Elastic tool-call deltas; the client's
+    assistant tool_calls and tool message reach the worker in OpenAI's form."""
+    ask = [{"role": "user", "content": [{"type": "text", "text": "Price of a scarf?"}]}]
+    resp = es.perform_request("POST", "/_inference/chat_completion/demo/_stream", headers=SSE,
+                              body={"messages": ask, "tools": TOOLS, "tool_choice": "auto"})
+    cs = chunks(resp.body)
+    calls = [t for c in cs if c.choices for t in c.choices[0].delta.tool_calls or ()]
+    first = calls[0]
+    assert first.id and first.type == "function" and first.function is not None
+    assert first.function.name == "get_current_price"
+    arguments = "".join(t.function.arguments or "" for t in calls if t.function)
+    assert isinstance(orjson.loads(arguments), dict)
+    assert [c.choices[0].finish_reason for c in cs if c.choices][-1] == "tool_calls"
+    history = [*ask,
+               {"role": "assistant", "content": "Let me look.", "tool_calls": [{
+                   "id": first.id, "type": "function",
+                   "function": {"name": "get_current_price", "arguments": arguments}}]},
+               {"role": "tool", "content": "12 EUR", "tool_call_id": first.id}]
+    answer = es.perform_request("POST", "/_inference/chat_completion/demo/_stream",
+                                headers=SSE, body={"messages": history})
+    assert text_of(chunks(answer.body))
+    sent = last_upstream(urls)["body"]["messages"]
+    assert sent[0] == {"role": "user", "content": [{"type": "text", "text": "Price of a scarf?"}]}
+    assert sent[1]["tool_calls"] == [{"id": first.id, "type": "function", "function": {
+        "name": "get_current_price", "arguments": arguments}}]
+    assert sent[2] == {"role": "tool", "content": "12 EUR", "tool_call_id": first.id}
+
+
+@pytest.mark.parametrize("name", list(target.STREAMING))
+def test_es_openai_service_requests_replayed(urls: dict[str, str], name: str) -> None:
+    """Elasticsearch's bodies (its `url` pointing at /v1/chat/completions) are accepted, and
+    every chunk of the answer is one its parsers take, tool-call deltas included."""
+    resp = httpx.post(urls["gw"] + "/v1/chat/completions", json=target.STREAMING[name],
+                      headers={"authorization": "Bearer es-api-key"}, timeout=20)
+    assert resp.status_code == 200, resp.text
+    for gen in target.GENERATIONS:
+        got = target.check_stream(resp.content, gen)
+        assert got
+    if "tools" in target.STREAMING[name]:
+        assert any(c["choices"] and c["choices"][0]["delta"].get("tool_calls") for c in got)
+    sent = last_upstream(urls)["body"]
+    assert sent["model"] == "org/demo-model"
+
+
+@pytest.mark.parametrize("name", list(target.WHOLE))
+def test_es_non_streaming_and_validation_calls_replayed(urls: dict[str, str], name: str) -> None:
+    resp = httpx.post(urls["gw"] + "/v1/chat/completions", json=target.WHOLE[name], timeout=20)
+    assert resp.status_code == 200, resp.text
+    assert target.check_whole(resp.content)
+
+
+def test_model_less_es_bodies_replayed(urls: dict[str, str]) -> None:
+    """hugging_face without model_id and SageMaker's openai schema send no `model`."""
+    streamed = httpx.post(urls["gw"] + "/v1/chat/completions", json=target.SAGEMAKER_STREAM,
+                          timeout=20)
+    assert target.check_stream(streamed.content, "parser")
+    whole = httpx.post(urls["gw"] + "/v1/chat/completions", json=target.HF_NO_MODEL, timeout=20)
+    assert target.check_whole(whole.content)

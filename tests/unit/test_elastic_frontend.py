@@ -1,0 +1,243 @@
+"""The Elastic front end's request side: Elasticsearch's bodies to canonical requests, its
+refusals (UnifiedCompletionRequest.PARSER, InferenceAction.Request.PARSER, RestController), and
+the routes in the registry."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import pytest
+
+from adapters import base, registry
+from adapters.frontends import elastic
+from adapters.frontends import elastic_encode as enc
+from schemas import canonical, errors
+from schemas import events as ev
+
+MSGS = [{"role": "user", "content": "What is Elastic?"}]
+
+
+def ctx(name: str = "demo", framing: str = "documented",
+        headers: Mapping[str, str] | None = None) -> base.RequestContext:
+    def options(model: str | None) -> Mapping[str, Any]:
+        if model in (None, "demo", "my-chat"):
+            return {"name": "demo", "elastic": {"framing": framing}}
+        return {}
+
+    return base.RequestContext(f"/_inference/chat_completion/{name}/_stream", {"id": name},
+                               headers or {"content-type": "application/json"}, options)
+
+
+def chat(body: dict[str, Any], **kw: Any) -> canonical.InferenceRequest:
+    return elastic.ElasticChatFrontend().parse(orjson.dumps(body), ctx(**kw))
+
+
+def refused(body: Any, fe: base.Frontend | None = None, **kw: Any) -> errors.GatewayError:
+    fe = fe or elastic.ElasticChatFrontend()
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    with pytest.raises(errors.GatewayError) as info:
+        fe.parse(raw, ctx(**kw))
+    return info.value
+
+
+def test_the_path_id_picks_the_model_and_a_body_model_is_not_used() -> None:
+    """Seed 004's first example sends `"model": "gpt-4o"`; the endpoint's model serves it."""
+    req = chat({"model": "gpt-4o", "messages": MSGS}, name="my-chat")
+    assert req.model == "my-chat"
+    assert "model" not in req.extra
+
+
+def test_every_chat_answer_streams_with_usage() -> None:
+    req = chat({"messages": MSGS})
+    assert req.stream and req.include_usage
+    assert req.client_state == enc.ElasticState("documented")
+
+
+def test_seed_fields_map_to_canonical() -> None:
+    req = chat({
+        "messages": [
+            {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
+            {"role": "tool", "content": "cold", "tool_call_id": "c1"}],
+        "max_completion_tokens": 20, "stop": "END", "temperature": "0.5", "top_p": 0.9,
+        "tools": [{"type": "function", "function": {"name": "get_weather", "strict": True}}],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})
+    s = req.sampling
+    assert (s.max_tokens, s.stop, s.temperature, s.top_p) == (20, ["END"], 0.5, 0.9)
+    assert req.tool_choice == "get_weather"
+    assert req.tools == [canonical.ToolSpec("get_weather", None, None, True)]
+    assert req.messages is not None
+    system, _, assistant, tool = req.messages
+    assert system.content == [{"type": "text", "text": "Be brief."}]
+    assert assistant.tool_calls == [canonical.ToolCall("c1", "get_weather", '{"city":"Oslo"}')]
+    assert assistant.content is None
+    assert (tool.role, tool.tool_call_id, tool.content) == ("tool", "c1", "cold")
+
+
+@pytest.mark.parametrize("choice", ["auto", "none", "required"])
+def test_tool_choice_strings(choice: str) -> None:
+    assert chat({"messages": MSGS, "tool_choice": choice}).tool_choice == choice
+
+
+def test_one_bare_item_is_a_list_of_one() -> None:
+    """ObjectParser array fields take a single value (declareObjectArray, declareStringArray)."""
+    req = chat({"messages": MSGS[0], "stop": "x"})
+    assert req.messages is not None and len(req.messages) == 1 and req.sampling.stop == ["x"]
+
+
+@pytest.mark.parametrize(("body", "message", "es_type", "param"), [
+    ({"messages": MSGS, "max_tokens": 5}, "[UnifiedCompletionRequest] unknown field [max_tokens]",
+     "x_content_parse_exception", "max_tokens"),
+    ({"messages": MSGS, "stream": True}, "[UnifiedCompletionRequest] unknown field [stream]",
+     "x_content_parse_exception", "stream"),
+    ({"messages": MSGS, "n": 1}, "[UnifiedCompletionRequest] unknown field [n]",
+     "x_content_parse_exception", "n"),
+    ({"messages": MSGS, "model": 5},
+     "[UnifiedCompletionRequest] model doesn't support values of type: VALUE_NUMBER",
+     "x_content_parse_exception", "model"),
+    ({"messages": MSGS, "temperature": "hot"},
+     "[UnifiedCompletionRequest] failed to parse field [temperature]",
+     "x_content_parse_exception", "temperature"),
+    ({"messages": [{"role": "user", "content": "x", "name": "n"}]},
+     "[UnifiedCompletionRequest] failed to parse field [messages]",
+     "x_content_parse_exception", "messages[0].name"),
+    ({"messages": [{"role": "wizard", "content": "x"}]},
+     "[UnifiedCompletionRequest] failed to parse field [messages]",
+     "x_content_parse_exception", "messages[0].role"),
+    ({"messages": [{"role": "user"}]},
+     "[UnifiedCompletionRequest] failed to parse field [messages]",
+     "x_content_parse_exception", "messages[0].content"),
+    ({"messages": MSGS, "tool_choice": "requrired"},  # seed 004's own typo
+     "[UnifiedCompletionRequest] failed to parse field [tool_choice]",
+     "x_content_parse_exception", "tool_choice"),
+    ({"messages": []}, "Validation Failed: 1: Field [messages] cannot be an empty array;",
+     "action_request_validation_exception", None),
+    ({}, "Required [messages]", "illegal_argument_exception", "messages"),
+])
+def test_refusals_as_elasticsearch_words_them(body: dict[str, Any], message: str, es_type: str,
+                                              param: str | None) -> None:
+    exc = refused(body)
+    assert (exc.status, exc.message, enc.es_type(exc), exc.field) == (400, message, es_type,
+                                                                       param)
+    assert not enc.rest_layer(exc)
+
+
+def test_unknown_endpoint_is_404_with_elasticsearchs_message() -> None:
+    exc = refused({"messages": MSGS}, name="nope")
+    assert isinstance(exc, errors.ModelNotFound)
+    assert exc.message == "Inference endpoint not found [nope]"
+
+
+@pytest.mark.parametrize("ctype", ["application/json", "application/json; charset=UTF-8",
+                                   "application/vnd.elasticsearch+json; compatible-with=9",
+                                   "application/vnd.elasticsearch+json;compatible-with=8"])
+def test_json_content_types_are_accepted(ctype: str) -> None:
+    fe = elastic.ElasticChatFrontend()
+    assert fe.parse(orjson.dumps({"messages": MSGS}), ctx(headers={"content-type": ctype}))
+
+
+def test_rest_layer_refusals_are_json() -> None:
+    exc = refused({"messages": MSGS}, headers={"content-type": "text/plain"})
+    assert exc.status == 406 and enc.rest_layer(exc)
+    r = elastic.ElasticChatFrontend().render_error(exc)
+    assert r.media_type == "application/json"
+    assert orjson.loads(r.body) == {
+        "error": "Content-Type header [text/plain] is not supported", "status": 406}
+    exc = refused(b"  ")
+    assert exc.message == "request body is required" and enc.rest_layer(exc)
+
+
+def test_bad_json_is_a_parse_error_in_the_stream() -> None:
+    exc = refused(b"{nope")
+    assert enc.es_type(exc) == "x_content_parse_exception" and not enc.rest_layer(exc)
+
+
+def test_framing_is_noted_for_errors_before_the_stream() -> None:
+    """render_error has no request: the frontend notes the gateway's framing at each parse."""
+    fe = elastic.ElasticChatFrontend()
+    with pytest.raises(errors.InvalidRequest) as info:
+        fe.parse(orjson.dumps({"messages": []}), ctx(framing="server"))
+    assert fe.framing == "server"
+    assert fe.render_error(info.value).body.startswith(enc.BOM + b"event: error\ndata: ")
+    fe.parse(orjson.dumps({"messages": MSGS}), ctx())
+    assert fe.render_error(info.value).body.startswith(b"event: error\ndata: ")
+
+
+# ---- the completion task ----
+
+
+def completion(body: dict[str, Any], stream: bool = False,
+               headers: Mapping[str, str] | None = None) -> canonical.InferenceRequest:
+    fe = elastic.ElasticCompletionFrontend(stream)
+    return fe.parse(orjson.dumps(body), ctx(headers=headers))
+
+
+def test_completion_input_is_one_user_turn() -> None:
+    req = completion({"input": "What is Elastic?", "task_settings": {"user": "u",
+                                                                    "temperature": 0.3}})
+    assert req.messages == [canonical.Message("user", "What is Elastic?")]
+    assert (req.stream, req.user, req.sampling.temperature) == (False, "u", 0.3)
+    assert completion({"input": ["x"]}, stream=True).stream
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({}, "Validation Failed: 1: Field [input] cannot be null;"),
+    ({"input": []}, "Validation Failed: 1: Field [input] cannot be an empty array;"),
+    ({"input": "x", "top_n": 2},
+     "Validation Failed: 1: Field [top_n] cannot be specified for task type [completion];"),
+    ({"input": "x", "input_type": "search"},
+     "Validation Failed: 1: Field [input_type] cannot be specified for task type [completion];"),
+    ({"inputs": "x"}, "[cluster:internal/xpack/inference] unknown field [inputs]"),
+    ({"input": 5},
+     "[cluster:internal/xpack/inference] input doesn't support values of type: VALUE_NUMBER"),
+    ({"input": ["a", "b"]}, "completion only accepts 1 input"),
+    ({"input": "x", "task_settings": {"seed": 1}},
+     "Model configuration contains settings [{seed=1}] unknown to the [gateway] service"),
+])
+def test_completion_refusals(body: dict[str, Any], message: str) -> None:
+    exc = refused(body, elastic.ElasticCompletionFrontend())
+    assert exc.status == 400 and exc.message == message
+
+
+def test_completion_answers_in_the_compatible_with_type_asked_for() -> None:
+    vnd = "application/vnd.elasticsearch+json; compatible-with=9"
+    req = completion({"input": "x"}, headers={"content-type": vnd, "accept": vnd})
+    done = canonical.Completion.fold([])
+    done.choices[0].text = "answer"
+    meta = base.ResponseMeta("i", 1, "demo")
+    r = elastic.ElasticCompletionFrontend().render(req, done, meta)
+    assert r.media_type == "application/vnd.elasticsearch+json;compatible-with=9"
+    assert orjson.loads(r.body) == {"completion": [{"result": "answer"}]}
+    assert r.headers == {"x-elastic-product": "Elasticsearch"}
+
+
+def test_a_folded_chat_answer_renders_as_its_stream() -> None:
+    """Chat always streams; render (the Frontend protocol's whole answer) gives the same bytes
+    the encoder gives for the answer's events."""
+    req = chat({"messages": MSGS})
+    meta = base.ResponseMeta("i", 1, "demo", options={"elastic": {"framing": "server"}})
+    events: list[ev.Event] = [ev.TextDelta(0, "Hi"), ev.ToolCallDelta(0, 0, "c", "f", "{}"),
+                              ev.Finish(0, "tool_calls"), ev.Usage(2, 3)]
+    e = enc.ChatStreamEncoder(meta, "server")
+    streamed = b"".join(e.encode(x) for x in [ev.Role(0), *events]) + e.finish()
+    r = elastic.ElasticChatFrontend().render(req, canonical.Completion.fold(events), meta)
+    assert (r.status, r.media_type, r.body) == (200, "text/event-stream", streamed)
+
+
+def test_registry_routes() -> None:
+    routes = {path: make() for path, make in registry.INFERENCE_ROUTES
+              if path.startswith("/_inference")}
+    chat_paths = {"/_inference/{id}/_unified", "/_inference/{id}/_stream",
+                  "/_inference/chat_completion/{id}/_unified",
+                  "/_inference/chat_completion/{id}/_stream"}
+    assert chat_paths | {"/_inference/completion/{id}",
+                         "/_inference/completion/{id}/_stream"} == set(routes)
+    assert all(isinstance(routes[p], elastic.ElasticChatFrontend) for p in chat_paths)
+    whole = routes["/_inference/completion/{id}"]
+    streamed = routes["/_inference/completion/{id}/_stream"]
+    assert isinstance(whole, elastic.ElasticCompletionFrontend) and not whole.stream
+    assert isinstance(streamed, elastic.ElasticCompletionFrontend) and streamed.stream
