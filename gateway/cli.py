@@ -93,7 +93,7 @@ def serve(args: argparse.Namespace) -> int:
     uvicorn.run(
         app.build_app(cfg), host=server.host, port=server.port, loop="uvloop",
         http="httptools", lifespan="on", log_level="warning", access_log=False,
-        timeout_graceful_shutdown=int(server.drain_seconds) or None,
+        timeout_graceful_shutdown=round(server.drain_seconds),
     )
     return 0
 
