@@ -8,7 +8,7 @@ from collections.abc import Callable
 from adapters import base
 from adapters.backends import openai as openai_backend
 from adapters.backends import trtllm, vllm
-from adapters.frontends import elastic, tgi, tgi_chat
+from adapters.frontends import elastic, lmi, tgi, tgi_chat
 from adapters.frontends import openai as openai_frontend
 
 BACKENDS: dict[str, type[base.Backend]] = {
@@ -34,6 +34,9 @@ INFERENCE_ROUTES: list[tuple[str, Callable[[], base.Frontend]]] = [
     ("/_inference/completion/{id}", elastic.ElasticCompletionFrontend),
     ("/_inference/completion/{id}/_stream",
      functools.partial(elastic.ElasticCompletionFrontend, True)),
+    # LMI / SageMaker (DJL Serving InferenceRequestHandler); the body picks the schema.
+    ("/invocations", lmi.LmiFrontend),
+    ("/predictions/{model}", lmi.LmiFrontend),
 ]
 
 # Status routes (GET), answered from a snapshot of the gateway.
@@ -42,6 +45,7 @@ STATUS_ROUTES: list[tuple[str, base.StatusRoute]] = [
     ("/health", tgi.health),  # TGI's: 200 empty, 503 with its ErrorResponse
     ("/", tgi.health),  # TGI answers GET / as /health
     ("/info", tgi.info),
+    ("/ping", lmi.ping),  # LMI / SageMaker health check
 ]
 
 # Model names that clients send as placeholders for "the one model": TGI serves one model

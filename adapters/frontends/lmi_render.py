@@ -1,0 +1,246 @@
+"""LMI whole answers and error bodies: rolling batch, dynamic batch, chat, SageMaker completion.
+
+Byte sources: DJL Serving v0.36.0 `djl_python/output_formatter.py` (`_json_output_formatter`,
+its best_of variant, `get_details_dict`, `_json_chat_output_formatter`: Python `json.dumps`,
+default separators), `request_io.py` (Token.as_dict / as_tgi_dict), `outputs.py`
+(`Output._encode_json`, `Output.error` for dynamic batching), Java `Request.addResponse` (the
+424 body); seed 002 for the SageMaker vLLM text completion (vLLM's compact JSON); seed 003 for
+the non-stream generation-failure body. Choices where these disagree: SPEC.md and
+wire-formats.md section 12.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from adapters import base
+from adapters.frontends import lmi_json
+from adapters.frontends.lmi_params import LmiState
+from schemas import canonical, errors
+from schemas import events as ev
+
+# LMI's finish reasons (seed 000 / 003 tables: length, eos_token, stop_sequence; DJL's error).
+# SPEC.md: a matched stop string is `stop_sequence` as the seeds say (DJL's vLLM path would
+# report eos_token); a stop token is an end of sequence.
+FINISH: dict[str, str] = {
+    "eos": "eos_token", "stop_token": "eos_token", "stop_string": "stop_sequence",
+    "length": "length", "tool_calls": "tool_calls", "content_filter": "content_filter",
+    "abort": "abort", "error": "error",
+}
+# vLLM's own names, for seed 002's SageMaker vLLM completion format.
+VLLM_FINISH: dict[str, str] = {
+    "eos": "stop", "stop_token": "stop", "stop_string": "stop", "length": "length",
+    "tool_calls": "tool_calls", "content_filter": "content_filter", "abort": "abort",
+    "error": "error",
+}
+CHAT_ID = "chatcmpl-"
+COMPLETION_ID = "cmpl-"
+# DJL's stand-in token (rolling_batch_vllm_utils.py: `Token(id=-1, text="")` when a step has no
+# token) and the id written where a worker reported none (vLLM gives no ids for top logprobs).
+UNKNOWN_ID = -1
+
+
+def finish_name(f: ev.Finish | None) -> str | None:
+    return FINISH[f.reason] if f is not None else None
+
+
+def token(tid: int, text: str, logprob: float | None, tgi: bool) -> dict[str, Any]:
+    """request_io.Token.as_dict, or as_tgi_dict under tgi_compat."""
+    if tgi:
+        return {"id": tid, "text": text, "logprob": logprob}
+    return {"id": tid, "text": text, "log_prob": logprob}
+
+
+def top_tokens(lp: ev.TokenLogprob | None, tid: int, tgi: bool) -> list[dict[str, Any]]:
+    """The alternatives at one position, in the worker's order (DJL lists vLLM's logprobs dict)."""
+    if lp is None:
+        return []
+    return [token(a.id if a.id is not None else (tid if a.token == lp.token else UNKNOWN_ID),
+                  a.token, a.logprob, tgi) for a in lp.top]
+
+
+def choice_tokens(c: canonical.Choice) -> list[tuple[int, str, ev.TokenLogprob | None]]:
+    ids, lps = c.token_ids or [], c.logprobs or []
+    return [(ids[i] if i < len(ids) else UNKNOWN_ID, lps[i].token if i < len(lps) else "",
+             lps[i] if i < len(lps) else None) for i in range(max(len(ids), len(lps)))]
+
+
+def _prefill(st: LmiState, done: canonical.Completion, choice: int) -> list[dict[str, Any]]:
+    """get_prompt_tokens_as_dict: one token per prompt id; vLLM has no logprob (and we no text)
+    for the first (rolling_batch_vllm_utils.py: log_prob None at index 0)."""
+    info = next((p for p in done.prompt if p.choice == choice), None)
+    info = info or (done.prompt[0] if done.prompt else None)
+    if info is None or info.token_ids is None:
+        return []
+    lps = info.logprobs or []
+    out = []
+    for i, tid in enumerate(info.token_ids):
+        lp = lps[i] if i < len(lps) else None
+        out.append(token(tid, lp.token if lp else "", lp.logprob if lp else None, st.tgi_compat))
+    return out
+
+
+def _sequence(st: LmiState, done: canonical.Completion, c: canonical.Choice) -> dict[str, Any]:
+    """get_sequence_details: finish_reason, generated_tokens, tokens, prefill, top_tokens."""
+    toks = choice_tokens(c)
+    single = len(done.choices) == 1 and done.usage is not None
+    count = len(toks) or (done.usage.completion_tokens if single and done.usage else 0)
+    out: dict[str, Any] = {"finish_reason": finish_name(c.finish), "generated_tokens": count,
+                           "tokens": [token(t[0], t[1], t[2].logprob if t[2] else None,
+                                            st.tgi_compat) for t in toks]}
+    if st.prefill:
+        out["prefill"] = _prefill(st, done, c.index)
+    if st.top_n_tokens:
+        out["top_tokens"] = [top_tokens(t[2], t[0], st.tgi_compat) for t in toks]
+    return out
+
+
+def rolling_body(st: LmiState, done: canonical.Completion) -> bytes:
+    """_json_output_formatter (or its best_of variant): list-wrapped under tgi_compat."""
+    best = done.choices[0]  # DJL: vLLM's outputs[0] is the best sequence
+    body: Any = {"generated_text": st.prefix(0) + best.text}
+    if st.multi:
+        details: dict[str, Any] = {"inputs": st.prompts[0], **_sequence(st, done, best)}
+        others = [{**_sequence(st, done, c), "generated_text": st.prefix(0) + c.text}
+                  for c in done.choices[1:]]
+        if others:
+            details["best_of_sequences"] = others
+        body["details"] = details
+    elif st.details:
+        seq = _sequence(st, done, best)
+        body["details"] = {"finish_reason": seq.pop("finish_reason"),
+                           "generated_tokens": seq.pop("generated_tokens"),
+                           "inputs": st.prompts[0], **seq}
+    return lmi_json.dumps([body] if st.tgi_compat else body)
+
+
+def dynamic_body(st: LmiState, done: canonical.Completion) -> bytes:
+    """Seed 003 dynamic batch: one {"generated_text"} per input, in `Output._encode_json`'s
+    pretty form; with n > 1 the first sequence of each input."""
+    out = [{"generated_text": st.prefix(i * st.n) + done.choice(i * st.n).text}
+           for i in range(len(st.prompts))]
+    return lmi_json.pretty_compact(out)
+
+
+def _utf8(text: str) -> list[int] | None:
+    """Seed 000 "bytes representation of the token"; DJL writes None for an empty token."""
+    return list(text.encode()) if text else None
+
+
+def chat_logprob(t: ev.TokenLogprob) -> dict[str, Any]:
+    """Seed 000 Logprobs content entry. `top_logprobs` holds the worker's alternatives, or the
+    sampled token alone as DJL writes it ("Currently only support 1 top_logprobs"), with the
+    token text in `token` (SPEC.md; DJL's stream path writes the logprob there)."""
+    tops = t.top or [ev.TopLogprob(t.token, t.logprob)]
+    return {"token": t.token, "logprob": t.logprob, "bytes": _utf8(t.token),
+            "top_logprobs": [{"token": a.token, "logprob": a.logprob, "bytes": _utf8(a.token)}
+                             for a in tops]}
+
+
+def _message(c: canonical.Choice) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant"}
+    if c.reasoning is not None:
+        msg["reasoning_content"] = c.reasoning
+    msg["content"] = c.text if c.text or not c.tool_calls else None
+    if c.tool_calls:
+        msg["tool_calls"] = [{"id": t.id, "type": "function",
+                              "function": {"name": t.name, "arguments": t.arguments}}
+                             for t in c.tool_calls]
+    return msg
+
+
+def usage_counts(done: canonical.Completion) -> dict[str, int]:
+    """Seed 000 / 002 key order: prompt, completion, total."""
+    u = done.usage or ev.Usage(0, sum(len(c.token_ids or ()) for c in done.choices))
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens}
+
+
+def chat_body(req: canonical.InferenceRequest, done: canonical.Completion,
+              meta: base.ResponseMeta) -> bytes:
+    """_json_chat_output_formatter: no `model`, LMI finish reasons, Python separators."""
+    choices = []
+    for c in done.choices:
+        lp = {"content": [chat_logprob(t) for t in c.logprobs or ()]} if req.logprobs else None
+        choices.append({"index": c.index, "message": _message(c), "logprobs": lp,
+                        "finish_reason": finish_name(c.finish)})
+    return lmi_json.dumps({"id": CHAT_ID + meta.id, "object": "chat.completion",
+                           "created": meta.created, "choices": choices,
+                           "usage": usage_counts(done)})
+
+
+def completion_logprobs(lps: list[ev.TokenLogprob] | None, offset: int) -> dict[str, Any]:
+    """vLLM CompletionLogProbs, in its field order; `text_offset` runs on from `offset`."""
+    offsets, values, tokens, tops = [], [], [], []
+    for t in lps or ():
+        offsets.append(offset)
+        offset += len(t.token)
+        values.append(t.logprob)
+        tokens.append(t.token)
+        tops.append({a.token: a.logprob for a in t.top} if t.top else None)
+    return {"text_offset": offsets, "token_logprobs": values, "tokens": tokens,
+            "top_logprobs": tops}
+
+
+def completion_body(req: canonical.InferenceRequest, done: canonical.Completion,
+                    meta: base.ResponseMeta) -> bytes:
+    """Seed 002 text completion (vLLM's CompletionResponse, compact as vLLM writes it)."""
+    choices = []
+    for c in done.choices:
+        out: dict[str, Any] = {
+            "index": c.index, "text": c.text,
+            "logprobs": completion_logprobs(c.logprobs, 0) if req.logprobs else None,
+            "finish_reason": VLLM_FINISH[c.finish.reason] if c.finish else None,
+            "stop_reason": c.finish.matched if c.finish else None}
+        if req.token_ids:
+            out["token_ids"] = c.token_ids
+        out["prompt_logprobs"] = None
+        choices.append(out)
+    return orjson.dumps({
+        "id": COMPLETION_ID + meta.id, "object": "text_completion", "created": meta.created,
+        "model": meta.model, "choices": choices, "service_tier": None,
+        "system_fingerprint": None,
+        "usage": {**usage_counts(done), "prompt_tokens_details": None},
+        "kv_transfer_params": None})
+
+
+# ---- errors ----
+
+# Seed 003 "When not using streaming": an error during generation, or a bad generation
+# parameter value the worker refused.
+GENERATION_FAILED = lmi_json.dumps({"generated_text": "", "details": {
+    "finish_reason": "error", "generated_tokens": None, "inputs": None, "tokens": None}})
+
+
+def generation_failed(exc: errors.GatewayError) -> bool:
+    """The worker took the request and failed it: refused a parameter, broke off, stalled, or
+    answered an error of its own (a 5xx other than 503). A worker that is down or unreachable
+    (503) is not a generation failure: SPEC.md gives it 502/503 in the {"error", "code"} body."""
+    if isinstance(exc, errors.UpstreamRejected):
+        return True
+    return isinstance(exc, errors.UpstreamError) and exc.status != 503
+
+
+def error_status(exc: errors.GatewayError) -> int:
+    """SPEC.md: request validation failures (ours or the worker's) answer 424 as seed 003 says;
+    a worker that is down gives its 502/503; the rest keep their own status."""
+    if isinstance(exc, errors.RequestError | errors.UpstreamRejected) and exc.status in (400, 422):
+        return 424
+    return exc.status
+
+
+def render_error(exc: errors.GatewayError, st: LmiState | None) -> base.Rendered:
+    """The error body of the request's schema (`st`, None when the body never parsed)."""
+    status = error_status(exc)
+    headers = {"retry-after": str(exc.retry_after)} if isinstance(exc, errors.Overloaded) else {}
+    if st is not None and st.schema == "dynamic":
+        body = lmi_json.pretty_compact(
+            {"code": status, "message": "invoke handler failure", "error": exc.message})
+    elif (st is not None and st.schema == "rolling" and not st.stream
+          and generation_failed(exc)):
+        body = GENERATION_FAILED
+    else:
+        body = lmi_json.gson_error(exc.message, status)
+    return base.Rendered(status, body, headers=headers)

@@ -1,0 +1,238 @@
+"""LMI request parsing: every seed-003 GenerationParameter onto the worker's fields, LMI's
+defaults, schema dispatch by body, the model a route serves, and what is refused (424).
+
+Sources: seed 003 (GenerationParameters: common, LMI-dist, vLLM and TensorRT-LLM blocks, the
+0.32 note on inferring do_sample), DJL Serving v0.36.0 `vllm_rolling_batch.py
+translate_vllm_params` and `trtllm_rolling_batch.py translate_triton_params`, `input_parser.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from adapters import base
+from adapters.backends import openai as openai_backend
+from adapters.backends import trtllm, vllm
+from adapters.frontends import lmi, lmi_params
+from schemas import canonical, errors
+from schemas import lmi as wire
+
+TARGET = base.Target("http://w:8000", "org/model")
+
+
+def ctx(path: str = "/invocations", **lmi_opts: Any) -> base.RequestContext:
+    params = {"model": path.rsplit("/", 1)[1]} if path.startswith("/predictions/") else {}
+    def options(name: str | None) -> dict[str, Any]:
+        return {"lmi": {"tgi_compat": False, "output_formatter": "jsonlines", **lmi_opts}}
+
+    return base.RequestContext(path, params, {}, options)
+
+
+def parse(body: dict[str, Any], c: base.RequestContext | None = None) -> canonical.InferenceRequest:
+    return lmi.LmiFrontend().parse(orjson.dumps(body), c or ctx())
+
+
+def upstream(body: dict[str, Any], backend: Any = None) -> dict[str, Any]:
+    req = parse(body)
+    b = backend or vllm.VllmBackend()
+    b.check(req)
+    out: dict[str, Any] = orjson.loads(b.build(req, TARGET).body)
+    return out
+
+
+def inputs(**params: Any) -> dict[str, Any]:
+    return {"inputs": "What is Deep Learning?", "parameters": params}
+
+
+def test_defaults_are_lmi_defaults() -> None:
+    """max_new_tokens 30 and greedy decoding, as seed 003 and translate_vllm_params set them."""
+    sent = upstream({"inputs": "Hi"})
+    assert sent["max_tokens"] == 30 and sent["temperature"] == 0.0
+    assert sent["prompt"] == "Hi" and sent["stream"] is False
+    assert "logprobs" not in sent and "return_token_ids" not in sent
+
+
+# (LMI parameter, value, upstream vLLM field, expected value there)
+RENAMES = [
+    ("max_new_tokens", 7, "max_tokens", 7),
+    ("stop_sequences", ["\n"], "stop", ["\n"]),
+    ("stop_sequences", "END", "stop", ["END"]),
+    ("stop", ["###"], "stop", ["###"]),  # TensorRT-LLM block, read as stop sequences
+    ("ignore_eos_token", True, "ignore_eos", True),
+    ("seed", "42", "seed", 42),  # DJL: int(parameters["seed"])
+    ("seed", 7, "seed", 7),
+    ("top_k", 20, "top_k", 20),
+    ("top_p", 0.5, "top_p", 0.5),
+    ("min_p", 0.1, "min_p", 0.1),
+    ("repetition_penalty", 1.2, "repetition_penalty", 1.2),
+    ("presence_penalty", 0.5, "presence_penalty", 0.5),
+    ("frequency_penalty", -0.5, "frequency_penalty", -0.5),
+    ("length_penalty", 0.8, "length_penalty", 0.8),
+    ("truncate", 100, "truncate_prompt_tokens", 100),
+    ("stop_token_ids", [2, 3], "stop_token_ids", [2, 3]),
+    ("skip_special_tokens", False, "skip_special_tokens", False),
+    ("min_length", 4, "min_tokens", 4),  # TensorRT-LLM block
+    ("min_tokens", 5, "min_tokens", 5),
+    ("include_stop_str_in_output", True, "include_stop_str_in_output", True),
+    ("spaces_between_special_tokens", False, "spaces_between_special_tokens", False),
+    ("early_stopping", True, "early_stopping", True),
+    ("bad_sequences", ["bad"], "bad_words", ["bad"]),  # TensorRT-LLM block
+    ("bad_words", ["worse"], "bad_words", ["worse"]),
+    ("allowed_token_ids", [5, 6], "allowed_token_ids", [5, 6]),
+    ("logit_bias", {"5": -100.0}, "logit_bias", {"5": -100.0}),
+    ("best_of", 3, "n", 3),  # best_of without n: n = best_of (translate_vllm_params)
+    ("best_of", 3, "best_of", 3),
+    ("n", 2, "n", 2),
+    ("top_n_tokens", 3, "logprobs", 3),
+    ("logprobs", 2, "logprobs", 2),
+    ("prompt_logprobs", 2, "prompt_logprobs", 2),
+    ("decoder_input_details", True, "prompt_logprobs", 1),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "field", "expected"), RENAMES,
+                         ids=[f"{r[0]}->{r[2]}" for r in RENAMES])
+def test_every_parameter_reaches_its_vllm_field(name: str, value: Any, field: str,
+                                                expected: Any) -> None:
+    assert upstream(inputs(**{name: value}))[field] == expected
+
+
+def test_refused_by_vllm_with_a_4xx_naming_them() -> None:
+    """typical_p (LMI-dist) and num_beams have no vLLM OpenAI field: the backend refuses."""
+    for name, value in (("typical_p", 0.5), ("num_beams", 2)):
+        with pytest.raises(errors.Unsupported, match=name):
+            upstream(inputs(**{name: value}))
+
+
+@pytest.mark.parametrize(("params", "temperature"), [
+    ({}, 0.0),  # greedy by default
+    ({"do_sample": False, "temperature": 0.9}, 0.0),  # do_sample false forces greedy
+    ({"do_sample": True}, None),  # the worker's sampling defaults
+    ({"do_sample": True, "temperature": 0.7}, 0.7),
+    ({"temperature": 0.7}, 0.7),  # 0.32: inferred from the sampling parameters
+    ({"top_p": 0.9}, None),
+    ({"top_k": 40}, None),
+    ({"top_k": -1}, 0.0),  # -1 / 0 turn top_k off: still greedy
+    ({"top_p": 1.0}, 0.0),
+])
+def test_greedy_unless_sampling_is_asked_for(params: dict[str, Any],
+                                             temperature: float | None) -> None:
+    assert upstream(inputs(**params)).get("temperature") == temperature
+
+
+def test_details_request_token_ids_and_logprobs() -> None:
+    sent = upstream(inputs(details=True))
+    assert sent["return_token_ids"] is True and sent["logprobs"] == 0
+    sent = upstream({**inputs(), "stream": True})  # every streamed line has id and log_prob
+    assert sent["return_token_ids"] is True and sent["logprobs"] == 0 and sent["stream"]
+
+
+def test_tgi_compat_turns_details_on_by_default() -> None:
+    req = parse(inputs(), ctx(tgi_compat=True))
+    assert req.token_ids and req.client_state.details and req.client_state.tgi_compat
+    req = parse(inputs(details=False), ctx(tgi_compat=True))
+    assert not req.token_ids and not req.client_state.details
+
+
+@pytest.mark.parametrize(("opts", "stream_sse"), [
+    ({}, False), ({"output_formatter": "sse"}, True), ({"tgi_compat": True}, True)])
+def test_framing_follows_output_formatter_and_tgi_compat(opts: dict[str, Any],
+                                                          stream_sse: bool) -> None:
+    req = parse({**inputs(), "stream": True}, ctx(**opts))
+    enc = lmi.LmiFrontend().encoder(req, base.ResponseMeta("x", 1, "m"))
+    assert enc.media_type == ("text/event-stream" if stream_sse else "application/jsonlines")
+
+
+def test_chat_ignores_tgi_compat_but_follows_output_formatter() -> None:
+    """input_parser.py: chat requests get jsonlines_chat; only SSE via output_formatter."""
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    meta = base.ResponseMeta("x", 1, "m")
+    for opts, media in (({"tgi_compat": True}, "application/jsonlines"),
+                        ({"output_formatter": "sse"}, "text/event-stream")):
+        req = parse(chat, ctx(**opts))
+        assert lmi.LmiFrontend().encoder(req, meta).media_type == media
+
+
+@pytest.mark.parametrize(("body", "schema"), [
+    ({"messages": [{"role": "user", "content": "Hi"}]}, "chat"),
+    ({"prompt": "Hi"}, "completion"),
+    ({"prompt": ["a", "b"]}, "completion"),
+    ({"inputs": "Hi"}, "rolling"),
+    ({"inputs": ["a", "b"]}, "dynamic"),
+    ({"messages": [{"role": "user", "content": "Hi"}], "inputs": "x"}, "chat"),  # messages first
+])
+def test_the_body_picks_the_schema(body: dict[str, Any], schema: str) -> None:
+    req = parse(body)
+    assert req.client_state.schema == schema
+    assert (req.messages is not None) == (schema == "chat")
+
+
+def test_invocations_serves_the_default_model_whatever_the_body_names() -> None:
+    req = parse({"messages": [{"role": "user", "content": "Hi"}], "model": "gpt2"})
+    assert req.model is None
+    assert parse({"inputs": "Hi", "model": "anything"}).model is None
+
+
+def test_predictions_names_the_model_and_reads_its_options() -> None:
+    c = ctx("/predictions/llama", tgi_compat=True)
+    req = parse(inputs(), c)
+    assert req.model == "llama" and req.client_state.tgi_compat
+
+
+def test_list_prompts_and_dynamic_batch() -> None:
+    sent = upstream({"inputs": ["a", "b"], "parameters": {"details": True}})
+    assert sent["prompt"] == ["a", "b"] and "return_token_ids" not in sent  # no details there
+    assert upstream({"prompt": ["a", "b"], "max_tokens": 3})["prompt"] == ["a", "b"]
+
+
+def test_return_full_text_is_prepended_here_not_echoed_upstream() -> None:
+    req = parse(inputs(return_full_text=True))
+    assert not req.echo and req.client_state.prefix(0) == "What is Deep Learning?"
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"inputs": ""}, "inputs"),
+    ({"inputs": []}, "inputs"),
+    ({"inputs": 5}, "inputs"),
+    ({"inputs": "x", "parameters": {"max_new_tokens": 0}}, "parameters.max_new_tokens"),
+    ({"inputs": "x", "parameters": {"temperature": -1}}, "parameters.temperature"),
+    ({"inputs": "x", "parameters": {"top_p": 0}}, "parameters.top_p"),
+    ({"inputs": "x", "parameters": {"foo": 1}}, "parameters.foo"),
+    ({"inputs": "x", "parameters": {"stop": True}}, "parameters.stop"),
+    ({"inputs": "x", "parameters": {"seed": "abc"}}, "parameters.seed"),
+    ({"inputs": "x", "parameters": []}, "parameters"),
+    ({"inputs": "x", "adapters": ["lora"]}, "adapters"),
+    ({"inputs": "x", "stream": True, "parameters": {"n": 2}}, "parameters.n"),
+    ({"inputs": "x", "stream": True, "parameters": {"decoder_input_details": True}},
+     "parameters.decoder_input_details"),
+    ({"inputs": ["a"], "stream": True}, "stream"),
+    ({"text": "x"}, "inputs"),
+    ({"messages": []}, "messages"),
+])
+def test_invalid_requests_are_424_naming_the_field(body: dict[str, Any], field: str) -> None:
+    fe = lmi.LmiFrontend()
+    with pytest.raises(errors.InvalidRequest) as caught:
+        fe.parse(orjson.dumps(body), ctx())
+    assert caught.value.field is not None and caught.value.field.startswith(field)
+    r = fe.render_error(caught.value)
+    assert r.status == 424
+
+
+def test_a_worker_without_token_ids_refuses_details_with_a_4xx() -> None:
+    """The generic OpenAI and trtllm-serve workers give no token ids: details, streams and
+    prefill are refused before any I/O; plain requests go through."""
+    for backend in (openai_backend.OpenAIBackend(), trtllm.TrtllmBackend()):
+        assert upstream(inputs(max_new_tokens=3), backend)["max_tokens"] == 3
+        for body in (inputs(details=True), {**inputs(), "stream": True}):
+            req = parse(body)
+            with pytest.raises(errors.Unsupported) as caught:
+                backend.check(req)
+            assert lmi.LmiFrontend().render_error(caught.value).status == 424
+
+
+def test_greedy_helper_matches_seed_note() -> None:
+    assert lmi_params.greedy(wire.GenerationParameters())
+    assert not lmi_params.greedy(wire.GenerationParameters(do_sample=True))
