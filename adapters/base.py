@@ -50,10 +50,12 @@ class Rendered:
 
 @dataclass(slots=True, frozen=True)
 class Target:
-    """Where one attempt goes: an upstream base URL and the model name that worker knows."""
+    """Where one attempt goes: an upstream base URL and the model name that worker knows, with
+    the model's options (e.g. the `chat_template` a triton worker needs)."""
 
     base_url: str
     model: str
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

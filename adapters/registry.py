@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 from adapters import base
 from adapters.backends import openai as openai_backend
-from adapters.backends import trtllm, vllm
+from adapters.backends import tgi as tgi_backend
+from adapters.backends import triton, trtllm, vllm
 from adapters.frontends import elastic, lmi, tgi, tgi_chat
 from adapters.frontends import openai as openai_frontend
 
@@ -15,6 +16,8 @@ BACKENDS: dict[str, type[base.Backend]] = {
     "vllm": vllm.VllmBackend,
     "openai": openai_backend.OpenAIBackend,
     "trtllm": trtllm.TrtllmBackend,
+    "triton": triton.TritonBackend,
+    "tgi": tgi_backend.TgiBackend,
 }
 
 # Inference routes (POST): path (Starlette syntax) -> the frontend that serves it.

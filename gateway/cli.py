@@ -58,10 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def check_config(path: str) -> int:
-    from gateway import config
+    from gateway import config, routing
 
     try:
-        config.load_config(path, os.environ)
+        routing.Router(config.load_config(path, os.environ))  # also reads chat_template files
     except config.ConfigError as exc:
         for problem in exc.problems:
             print(f"{path}: {problem}", file=sys.stderr)
@@ -90,8 +90,14 @@ def serve(args: argparse.Namespace) -> int:
     gc.set_threshold(20_000, 20, 20)
     observability.logger().info("serving", host=server.host, port=server.port,
                                 models=[m.name for m in cfg.models], version=version())
+    try:
+        application = app.build_app(cfg)  # reads chat_template files: may find more errors
+    except config.ConfigError as exc:
+        for problem in exc.problems:
+            print(f"{args.config or 'config'}: {problem}", file=sys.stderr)
+        return 1
     uvicorn.run(
-        app.build_app(cfg), host=server.host, port=server.port, loop="uvloop",
+        application, host=server.host, port=server.port, loop="uvloop",
         http="httptools", lifespan="on", log_level="warning", access_log=False,
         timeout_graceful_shutdown=round(server.drain_seconds),
     )

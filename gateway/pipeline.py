@@ -85,7 +85,7 @@ class Pipeline:
 
     async def _once(self, route: routing.Route, req: canonical.InferenceRequest, url: str,
                     request_id: str, note: Attempt) -> Opened:
-        ureq = route.backend.build(req, base.Target(url, route.upstream_model))
+        ureq = route.backend.build(req, base.Target(url, route.upstream_model, route.options))
         ureq.headers["x-request-id"] = request_id
         try:
             async with asyncio.timeout(self.timeouts.first_byte):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from adapters import base, registry
@@ -28,14 +29,30 @@ class Route:
         return self.config.upstream_model or self.config.name
 
 
+def chat_template_text(value: str | None, index: int) -> str | None:
+    """`models[].chat_template`: inline Jinja2 text, or the path of a file that holds it
+    (SPEC.md). A value without `{` cannot be a template, so it must name a readable file
+    (relative to the working directory); the file is read once, here: adapters do no I/O."""
+    if not value or "{" in value:
+        return value
+    try:
+        return Path(value).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise config.ConfigError(
+            [f"models[{index}].chat_template: {value!r} is not a Jinja2 template and not a "
+             f"readable file ({why})"]) from None
+
+
 class Router:
     """Resolves client-facing model names; `None` means the default model."""
 
     def __init__(self, cfg: config.Config):
         self.routes: dict[str, Route] = {}
         self._by_name: dict[str, Route] = {}
-        for m in cfg.models:
-            options = {"name": m.name, "lmi": m.lmi.model_dump(), "chat_template": m.chat_template,
+        for i, m in enumerate(cfg.models):
+            options = {"name": m.name, "lmi": m.lmi.model_dump(),
+                       "chat_template": chat_template_text(m.chat_template, i),
                        "elastic": cfg.elastic.model_dump()}
             route = Route(m, registry.backend(m.backend), balancer.Upstreams(m.upstreams),
                           options)

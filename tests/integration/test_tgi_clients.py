@@ -9,7 +9,6 @@ The simulator's /_sim/last_request shows the vLLM request each call became.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 

@@ -101,3 +101,15 @@ def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.startswith("gateway ")
+
+
+def test_check_config_reads_chat_template_files(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    template = tmp_path / "llama3.jinja"
+    template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    good = write(tmp_path, f"models: [{{name: t, backend: triton, chat_template: {template}}}]\n")
+    assert cli.main(["check-config", str(good)]) == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models: [{name: t, backend: triton, chat_template: /no/such/file.jinja}]\n")
+    assert cli.main(["check-config", str(bad)]) == 1
+    assert "models[0].chat_template" in capsys.readouterr().err

@@ -1,0 +1,256 @@
+"""TGI answers to canonical events: /generate_stream events, /generate bodies, its chat API.
+
+Sources, TGI router @ db931fcf (v3.3.7): `lib.rs` (StreamResponse, Token, StreamDetails,
+GenerateResponse, Details, BestOfSequence, PrefillToken, FinishReason), `server.rs`
+(`generate_stream_internal`: one `data: {...}\\n\\n` per token, `generated_text` and `details`
+only on the last, no terminator, errors as `{"error","error_type"}` events under HTTP 200;
+`From<InferError>` statuses), `infer/mod.rs` (InferError messages and `into_openai_event`:
+chat stream errors are `{"error":{"message","http_status_code":422}}`). TGI keeps a matched stop
+sequence in its text and does not say which one matched: the text tells (stops.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from adapters import framing
+from adapters.backends import openai_decode, stops
+from schemas import errors
+from schemas import events as ev
+
+_FINISH: dict[str, ev.FinishReason] = {"length": "length", "eos_token": "eos",
+                                       "stop_sequence": "stop_string"}
+_VALIDATION = "Input validation error: "  # InferError::ValidationError's prefix
+
+
+def classify(message: str, kind: str) -> errors.GatewayError:
+    """An InferError by its `error_type`: the client's fault (validation, template, tools: TGI
+    answers 422) is passed on, an overloaded worker may be replaced by another one (429),
+    anything else is a failed generation."""
+    if kind in ("validation", "template_error", "missing_template_variable", "tool_error"):
+        text = message[len(_VALIDATION):] if message.startswith(_VALIDATION) else message
+        return errors.UpstreamRejected(text, status=422)
+    if kind == "overloaded":
+        return errors.UpstreamUnavailable(message, status=429)
+    return errors.UpstreamBroken(f"the worker failed: {message}")
+
+
+def http_error(status: int, body: bytes) -> errors.GatewayError:
+    """A TGI error before the first byte: `ErrorResponse` with server.rs's statuses (422
+    validation, 424 generation, 429 overloaded, 500 incomplete), or axum's plain-text rejection
+    of a malformed body."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict) and isinstance(obj.get("error"), str):
+        message, kind = obj["error"], str(obj.get("error_type") or "")
+    else:
+        message, kind = body.decode("utf-8", "replace").strip()[:1000], ""
+    message = message or f"the worker answered HTTP {status}"
+    if status >= 500:  # retried on another upstream, as for every worker kind
+        return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502)
+    if status == 429 or kind == "overloaded":
+        return errors.UpstreamUnavailable(message, status=429)
+    if status == 424 or kind == "generation":
+        return errors.UpstreamBroken(f"the worker failed: {message}")
+    return classify(message, kind) if kind else errors.UpstreamRejected(message, status=status)
+
+
+def _logprob(value: Any) -> float:
+    # f32 NaN is written as null by serde_json (wire-formats.md 4.3).
+    return float(value) if isinstance(value, int | float) else float("-inf")
+
+
+def _token_logprob(tok: dict[str, Any], tops: list[dict[str, Any]] | None) -> ev.TokenLogprob:
+    alts = [ev.TopLogprob(str(t.get("text") or ""), _logprob(t.get("logprob")), None, t.get("id"))
+            for t in tops or ()]
+    return ev.TokenLogprob(str(tok.get("text") or ""), _logprob(tok.get("logprob")), None,
+                           tok.get("id"), alts)
+
+
+def finish_events(trim: stops.StopTrimmer, choice: int, reason: str | None) -> list[ev.Event]:
+    """The held text, cut of its stop sequence when that ended it, then the Finish. Without a
+    reason (no details) the text decides between a stop sequence and a natural end."""
+    matched = trim.matched()
+    kind: ev.FinishReason = "stop_string" if matched is not None else "eos"
+    kind = _FINISH.get(reason or "", kind)
+    cut = matched if kind == "stop_string" else None
+    out: list[ev.Event] = []
+    out.extend(trim.release(cut))
+    out.append(ev.Finish(choice, kind, cut))
+    return out
+
+
+def _loads(payload: bytes) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise errors.UpstreamBroken(f"the worker sent malformed JSON: {payload[:200]!r}") from None
+    if not isinstance(obj, dict):
+        raise errors.UpstreamBroken("the worker's event is not a JSON object")
+    return obj
+
+
+class TgiStreamDecoder:
+    """/generate_stream: one token per event; the last carries `details` (always asked for)."""
+
+    def __init__(self, stop: list[str], keep_stop: bool, logprobs: bool,
+                 echo: str | None = None):
+        self._sse = framing.SseDecoder()
+        self._trim = stops.StopTrimmer(stop, keep_stop)
+        self._logprobs = logprobs
+        self._echo = echo
+        self._done = False
+        self._failure: errors.GatewayError | None = None
+
+    def feed(self, data: bytes) -> list[ev.Event]:
+        if self._failure is not None:
+            raise self._failure
+        out: list[ev.Event] = []
+        try:
+            for _, payload in self._sse.feed(data):
+                self._event(_loads(payload), out)
+        except errors.GatewayError as exc:
+            if not out:
+                raise
+            self._failure = exc  # the tokens before it go out first
+        return out
+
+    def close(self) -> list[ev.Event]:
+        if self._failure is not None:
+            raise self._failure
+        if self._sse.pending:
+            raise errors.UpstreamBroken("the worker's stream ended inside an event")
+        if not self._done:
+            raise errors.UpstreamBroken("the worker's stream ended before its last token")
+        return []
+
+    def _event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
+        if "error" in obj:
+            raise classify(str(obj["error"]), str(obj.get("error_type") or ""))
+        tok = obj.get("token")
+        if not isinstance(tok, dict) or self._done:
+            raise errors.UpstreamBroken("the worker sent an event that is not a token")
+        if self._echo is not None:
+            out.append(ev.TextDelta(0, self._echo))
+            self._echo = None
+        tid = tok.get("id")
+        text = "" if tok.get("special") else str(tok.get("text") or "")  # lib.rs Token.special
+        lps = [_token_logprob(tok, obj.get("top_tokens"))] if self._logprobs else None
+        out.extend(self._trim.push(ev.TextDelta(0, text, [tid] if isinstance(tid, int) else None,
+                                                lps)))
+        if obj.get("generated_text") is not None:  # the last event (server.rs End)
+            self._done = True
+            details = obj.get("details") or {}
+            out.extend(finish_events(self._trim, 0, details.get("finish_reason")))
+            if isinstance(details.get("input_length"), int):
+                out.append(ev.Usage(details["input_length"], int(details["generated_tokens"])))
+
+
+class TgiWholeDecoder:
+    """/generate: `generated_text` with `details` (tokens, prefill, best_of_sequences)."""
+
+    def __init__(self, stop: list[str], keep_stop: bool, logprobs: bool, echo: str | None,
+                 n: int):
+        self._stop = stop
+        self._keep = keep_stop
+        self._logprobs = logprobs
+        self._echo = echo
+        self._n = n
+        self._body: list[bytes] = []
+
+    def feed(self, data: bytes) -> list[ev.Event]:
+        self._body.append(data)
+        return []
+
+    def close(self) -> list[ev.Event]:
+        obj = _loads(b"".join(self._body))
+        if not isinstance(obj.get("generated_text"), str):
+            raise errors.UpstreamBroken("the worker's answer has no `generated_text`")
+        details = obj.get("details") or {}
+        out: list[ev.Event] = []
+        prefill = details.get("prefill") or []
+        if prefill:  # PrefillToken: the first prompt token has no logprob (null)
+            out.append(ev.PromptInfo(0, [t.get("id") for t in prefill], [
+                ev.TokenLogprob(str(t.get("text") or ""), float(t["logprob"]), None, t.get("id"))
+                if isinstance(t.get("logprob"), int | float) else None for t in prefill]))
+        seqs = [(obj["generated_text"], details)]
+        seqs += [(s.get("generated_text") or "", s)
+                 for s in details.get("best_of_sequences") or []][:max(self._n, 1) - 1]
+        for i, (text, d) in enumerate(seqs):
+            out.extend(self._sequence(i, text, d))
+        if prefill:
+            out.append(ev.Usage(len(prefill), sum(int(d.get("generated_tokens") or 0)
+                                                   for _, d in seqs)))
+        return out
+
+    def _sequence(self, i: int, text: str, d: dict[str, Any]) -> list[ev.Event]:
+        tokens = d.get("tokens") or []
+        tops = d.get("top_tokens") or []
+        ids = [t.get("id") for t in tokens] or None
+        lps = [_token_logprob(t, tops[k] if k < len(tops) else None)
+               for k, t in enumerate(tokens)] if self._logprobs else None
+        out: list[ev.Event] = [ev.TextDelta(i, self._echo)] if self._echo is not None else []
+        trim = stops.StopTrimmer(self._stop, self._keep)
+        out.extend(trim.push(ev.TextDelta(i, text, ids, lps)))
+        out.extend(finish_events(trim, i, d.get("finish_reason")))
+        return out
+
+
+class TgiChatDecoder(openai_decode.OpenAIDecoder):
+    """TGI's Messages API is OpenAI's, but for its stop handling (`stop_sequence` finish reason,
+    the string kept in the text), a role in every delta, and errors that are always 422."""
+
+    def __init__(self, streaming: bool, stop: list[str], keep_stop: bool):
+        super().__init__(True, streaming)
+        self._trim = stops.StopTrimmer(stop, keep_stop)
+        self._roles: set[int] = set()
+        self._called: set[int] = set()  # choices that made a tool call
+
+    def _payload(self, payload: bytes, out: list[ev.Event]) -> None:
+        if payload.startswith(b'{"error"'):  # OpenaiErrorEvent: `error` is its first field
+            err = _loads(payload)["error"]
+            message = str(err.get("message") if isinstance(err, dict) else err)
+            raise classify(message, "validation" if message.startswith(_VALIDATION) else
+                           "overloaded" if message == "Model is overloaded" else "generation")
+        mine: list[ev.Event] = []
+        super()._payload(payload, mine)
+        out.extend(self._post(mine))
+
+    def _whole(self, body: bytes) -> list[ev.Event]:
+        return self._post(super()._whole(body))
+
+    def _end(self, c: dict[str, Any], i: int, out: list[ev.Event]) -> None:
+        if c.get("finish_reason") == "stop_sequence":  # FinishReason::format(true) keeps it
+            self._finished = True
+            out.append(ev.Finish(i, "stop_string"))
+        else:
+            super()._end(c, i, out)
+
+    def _post(self, events: list[ev.Event]) -> list[ev.Event]:
+        """One role per choice; text through the stop trimmer; the Finish names the match.
+        TGI ends a grammar-made tool call with `stop` (chat.rs); it is `tool_calls` here, as
+        OpenAI and vLLM say when the answer is a call."""
+        out: list[ev.Event] = []
+        for e in events:
+            if isinstance(e, ev.Role):
+                if e.choice not in self._roles:
+                    self._roles.add(e.choice)
+                    out.append(e)
+            elif isinstance(e, ev.TextDelta):
+                out.extend(self._trim.push(e))
+            elif isinstance(e, ev.Finish) and e.reason == "stop_string":
+                out.extend(finish_events(self._trim, e.choice, "stop_sequence"))
+            elif isinstance(e, ev.Finish):
+                out.extend(self._trim.release())
+                if e.reason == "eos" and e.choice in self._called:
+                    e = ev.Finish(e.choice, "tool_calls")
+                out.append(e)
+            else:
+                if isinstance(e, ev.ToolCallDelta):
+                    self._called.add(e.choice)
+                out.append(e)
+        return out

@@ -1,0 +1,148 @@
+"""Triton generate / generate_stream answers to canonical events, the finish reason inferred.
+
+Streaming (server src/http_server.cc `FinalizeResponse`, `AddErrorJson`): one `data: {...}\\n\\n`
+per model response, no finish reason and no terminator: the stream just ends. A failure after
+the first response is `data: {"error": "..."}` under HTTP 200 (docs/protocol/
+extension_generate.md). Each response's `text_output` is the text of its new tokens (the
+postprocessing model decodes the tokens of each response), `num_output_tokens` their count and
+`num_input_tokens` the prompt's (tensorrt_llm/1/model.py `convert_response`, asked for with
+`return_num_*_tokens`). Non-streaming: one JSON object with the whole text.
+
+A finish reason is inferred (SPEC.md): the token count against the limit sent, then a matched
+stop word (which TensorRT-LLM keeps in the text and which is cut off here), else a natural end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from adapters import framing
+from adapters.backends import stops
+from schemas import errors
+from schemas import events as ev
+
+
+def error_message(body: bytes) -> str:
+    """The message of `{"error": "..."}`, whole or as the SSE event a stream's first response
+    writes; otherwise the body's text."""
+    text = body.strip()
+    if text.startswith(b"data:"):
+        text = text[5:].split(b"\n", 1)[0].strip()
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", "replace").strip()[:1000]
+    if isinstance(obj, dict) and "error" in obj:
+        return str(obj["error"])
+    return str(obj)[:1000]
+
+
+def _count(obj: dict[str, Any]) -> int | None:
+    """Tokens in this response: `num_output_tokens`, else one `output_log_probs` value each
+    (written as a scalar when there is one, http_server.cc ExactMappingOutput)."""
+    n = obj.get("num_output_tokens")
+    if isinstance(n, int):
+        return n
+    lps = obj.get("output_log_probs")
+    if isinstance(lps, list):
+        return len(lps)
+    return 1 if isinstance(lps, float | int) else None
+
+
+class TritonDecoder:
+    """One request's answer; `limit` is the `max_tokens` sent, `echo` the prompt to put first."""
+
+    def __init__(self, streaming: bool, limit: int, stop: list[str], keep_stop: bool,
+                 echo: str | None = None):
+        self._streaming = streaming
+        self._limit = limit
+        self._echo = echo
+        self._sse = framing.SseDecoder()
+        self._body: list[bytes] = []
+        self._stops = stops.StopTrimmer(stop, keep_stop)
+        self._responses = 0
+        self._generated = 0
+        self._counted = True  # every response said how many tokens it held
+        self._exact = True  # ... in `num_output_tokens`
+        self._prompt: int | None = None
+        self._failure: errors.GatewayError | None = None
+
+    def feed(self, data: bytes) -> list[ev.Event]:
+        if self._failure is not None:
+            raise self._failure
+        if not self._streaming:
+            self._body.append(data)
+            return []
+        out: list[ev.Event] = []
+        try:
+            for _, payload in self._sse.feed(data):
+                self._response(payload, out)
+        except errors.GatewayError as exc:
+            if not out:
+                raise
+            self._failure = exc  # the events before it go out first
+        return out
+
+    def close(self) -> list[ev.Event]:
+        if self._failure is not None:
+            raise self._failure
+        out: list[ev.Event] = []
+        if not self._streaming:
+            self._response(b"".join(self._body), out)
+        elif self._sse.pending:
+            raise errors.UpstreamBroken("the worker's stream ended inside an event")
+        if not self._responses:
+            raise errors.UpstreamBroken("the worker's answer held no response")
+        return out + self._end()
+
+    def _response(self, payload: bytes, out: list[ev.Event]) -> None:
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise errors.UpstreamBroken(
+                f"the worker sent malformed JSON: {payload[:200]!r}") from None
+        if not isinstance(obj, dict):
+            raise errors.UpstreamBroken("the worker's response is not a JSON object")
+        if "error" in obj:
+            raise errors.UpstreamBroken(f"the worker failed: {obj['error']}")
+        text = obj.get("text_output")
+        if isinstance(text, list):  # beams or sequences: the first is the best
+            text = text[0] if text else ""
+        if not isinstance(text, str):
+            raise errors.UpstreamBroken("the worker's response has no `text_output`")
+        self._responses += 1
+        if self._echo is not None:
+            out.append(ev.TextDelta(0, self._echo))
+            self._echo = None
+        self._tally(obj)
+        if text:
+            out.extend(self._stops.push(ev.TextDelta(0, text)))
+
+    def _tally(self, obj: dict[str, Any]) -> None:
+        n = _count(obj)
+        if n is None:
+            self._counted = False
+        else:
+            self._generated += n
+        self._exact = self._exact and isinstance(obj.get("num_output_tokens"), int)
+        prompt = obj.get("num_input_tokens")
+        if self._prompt is None and isinstance(prompt, int):
+            self._prompt = prompt
+
+    def _end(self) -> list[ev.Event]:
+        """The held text, the inferred Finish, and the usage when the worker counted."""
+        matched = self._stops.matched()
+        if self._counted and self._generated >= self._limit:
+            finish = ev.Finish(0, "length")
+        elif matched is not None:
+            finish = ev.Finish(0, "stop_string", matched)
+        else:
+            finish = ev.Finish(0, "eos")
+        out: list[ev.Event] = []
+        out.extend(self._stops.release(matched if finish.reason == "stop_string" else None))
+        out.append(finish)
+        if self._exact and self._prompt is not None:
+            out.append(ev.Usage(self._prompt, self._generated))
+        return out

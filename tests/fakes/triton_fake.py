@@ -1,0 +1,121 @@
+"""A small Triton server with a TensorRT-LLM ensemble, speaking its exact generate format.
+
+Bytes from the real code: triton-inference-server/server src/http_server.cc (`data: ` + JSON +
+`\\n\\n` per response on generate_stream, `text/event-stream; charset=utf-8`, no terminator;
+response keys in std::map order with one-element tensors written as scalars; errors
+`{"error": "..."}`, in the stream after HTTP 200 or as the body with the status of
+HttpCodeFromError); the ensemble's inputs are validated with schemas/triton.py
+(ensemble/config.pbtxt), outputs as tensorrt_llm/1/model.py `convert_response` makes them
+(`num_output_tokens` per response, stop words kept in the text, as docs/llama.md shows).
+
+The "model" answers a fixed script, word by word, whatever the prompt; directives in the prompt
+inject faults: `[[error_after=N]]` (an error event after N responses), `[[drop_after=N]]` (the
+connection is cut after N responses), `[[fail=S]]` (HTTP status S before any response).
+Run in-process (httpx.ASGITransport) or as a process: `python -m tests.fakes.triton_fake PORT`.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from schemas import triton as wire
+
+MODEL = "ensemble"
+SCRIPT = [" The", " answer", " is", " 42", ".", "\n", " Ask", " again", "!"]
+
+
+def _directive(text: str, name: str) -> int | None:
+    m = re.search(r"\[\[" + name + r"=(\d+)\]\]", text)
+    return int(m.group(1)) if m else None
+
+
+def tokens(req: wire.GenerateRequest) -> list[str]:
+    """The script up to `max_tokens`, ending after a stop word (kept, as TensorRT-LLM does)."""
+    out: list[str] = []
+    for tok in SCRIPT[:req.max_tokens]:
+        out.append(tok)
+        if any("".join(out).endswith(s) for s in req.stop_words or ()):
+            break
+    return out
+
+
+def response(req: wire.GenerateRequest, text: str, count: int) -> bytes:
+    """One model response, keys in byte order (http_server.cc FinalizeResponse: std::map)."""
+    fields: dict[str, Any] = {
+        "cum_log_probs": 0.0, "model_name": MODEL, "model_version": "1",
+        # one value per token, a scalar when there is one (http_server.cc ExactMappingOutput)
+        "output_log_probs": -0.5 if count == 1 else [-0.5] * count,
+        "sequence_end": False, "sequence_id": 0, "sequence_start": False, "text_output": text}
+    if req.return_num_input_tokens:
+        fields["num_input_tokens"] = len(req.text_input.split())
+    if req.return_num_output_tokens:
+        fields["num_output_tokens"] = count
+    return orjson.dumps({k: fields[k] for k in sorted(fields)})
+
+
+def _error(status: int, message: str) -> Response:
+    return Response(orjson.dumps({"error": message}), status, media_type="application/json")
+
+
+async def generate(request: Request) -> Response:
+    model = request.path_params["model"]
+    streaming = request.url.path.endswith("_stream")
+    request.app.state.requests.append((request.url.path, orjson.loads(await request.body())))
+    if model != MODEL:  # TRITONSERVER_ERROR_NOT_FOUND -> 404
+        return _error(404, f"Request for unknown model: '{model}' is not found")
+    try:
+        req = wire.GenerateRequest.model_validate(request.app.state.requests[-1][1])
+    except ValidationError as exc:
+        return _error(400, f"unexpected inference input: {exc.errors()[0]['loc']}")
+    if (status := _directive(req.text_input, "fail")) is not None:
+        return _error(status, "the model failed before inference")
+    toks = tokens(req)
+    if not streaming or not req.stream:
+        body = response(req, "".join(toks), len(toks))
+        if streaming:
+            return _sse([b"data: " + body + b"\n\n"])
+        return Response(body, media_type="application/json")
+    parts = [b"data: " + response(req, t, 1) + b"\n\n" for t in toks]
+    if (n := _directive(req.text_input, "error_after")) is not None:
+        parts = parts[:n] + [b'data: {"error":"Executor failed: injected fault"}\n\n']
+    drop = _directive(req.text_input, "drop_after")
+    return _sse(parts, drop)
+
+
+def _sse(parts: list[bytes], drop: int | None = None) -> StreamingResponse:
+    async def body() -> AsyncIterator[bytes]:
+        for i, part in enumerate(parts):
+            if drop is not None and i == drop:
+                raise ConnectionResetError("injected connection cut")
+            yield part
+    return StreamingResponse(body(), media_type="text/event-stream; charset=utf-8")
+
+
+async def ready(request: Request) -> Response:
+    return Response(b"", 200)
+
+
+def app() -> Starlette:
+    a = Starlette(routes=[
+        Route("/v2/models/{model}/generate", generate, methods=["POST"]),
+        Route("/v2/models/{model}/generate_stream", generate, methods=["POST"]),
+        Route("/v2/health/ready", ready, methods=["GET"]),
+    ])
+    a.state.requests = []
+    return a
+
+
+if __name__ == "__main__":
+    import uvicorn
+
+    uvicorn.run(app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")

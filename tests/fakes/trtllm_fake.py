@@ -1,0 +1,104 @@
+"""A trtllm-serve fake: the simulator's model behind trtllm-serve's own request rules and bytes.
+
+From NVIDIA/TensorRT-LLM tensorrt_llm/serve/openai_protocol.py and openai_server.py
+(wire-formats.md section 6.1): requests are `extra="forbid"` (an unknown field is a 400 with
+the flat `{"object":"error",...}` body), `model` is required, `stream_options` needs `stream`;
+stream chunks are `model_dump_json(exclude_none=True)`, the first written `data: {...} \\n\\n`
+(a space before the blank line); there is no `return_token_ids`, so no token ids come back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import orjson
+
+from adapters.backends import trtllm
+from gateway.simulator import server, settings
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+
+# openai_protocol.py ChatCompletionRequest / CompletionRequest fields (OpenAI's and trtllm's).
+_OPENAI = {"model", "messages", "prompt", "frequency_penalty", "logit_bias", "logprobs",
+           "top_logprobs", "max_tokens", "max_completion_tokens", "n", "presence_penalty",
+           "response_format", "seed", "stop", "stream", "stream_options", "temperature",
+           "top_p", "tools", "tool_choice", "parallel_tool_calls", "user", "reasoning_effort",
+           "echo", "best_of", "suffix", "top_k", "min_p", "repetition_penalty",
+           "length_penalty", "stop_token_ids", "ignore_eos", "min_tokens",
+           "skip_special_tokens", "truncate_prompt_tokens"}
+ALLOWED = _OPENAI | set(trtllm.TRTLLM_EXTRA_FIELDS)
+
+
+def _drop_none(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _drop_none(x) for k, x in v.items() if x is not None}
+    if isinstance(v, list):
+        return [_drop_none(x) for x in v]
+    return v
+
+
+def _error(message: str) -> bytes:
+    return orjson.dumps({"object": "error", "message": message, "type": "BadRequestError",
+                         "param": None, "code": 400})
+
+
+class TrtllmFake:
+    """ASGI: check the request as trtllm-serve would, answer with its byte habits."""
+
+    def __init__(self) -> None:
+        self.sim = server.build_app(settings.SimulatorSettings())
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
+                       send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.sim(scope, receive, send)
+        body = b""
+        while True:
+            m = await receive()
+            body += m.get("body", b"")
+            if not m.get("more_body"):
+                break
+        data = orjson.loads(body)
+        bad = sorted(set(data) - ALLOWED) or (["model"] if "model" not in data else [])
+        if bad:
+            await send({"type": "http.response.start", "status": 400,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body",
+                        "body": _error(f"1 validation error: {bad[0]}: Extra inputs are not "
+                                       "permitted" if "model" in data else "model: Field required")})
+            return None
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        first = [True]
+
+        async def rewrite(m: Message) -> None:
+            if m["type"] == "http.response.body" and m.get("body", b"").startswith(b"data: {"):
+                m = dict(m)
+                m["body"] = b"".join(self._event(e, first) for e in
+                                     m["body"].split(b"\n\n") if e)
+            await send(m)
+
+        await self.sim(scope, replay, rewrite)
+        return None
+
+    @staticmethod
+    def _event(event: bytes, first: list[bool]) -> bytes:
+        if not event.startswith(b"data: {"):
+            return event + b"\n\n"
+        obj = _drop_none(orjson.loads(event[6:]))
+        space = b" " if first[0] else b""
+        first[0] = False
+        return b"data: " + orjson.dumps(obj) + space + b"\n\n"
+
+
+def app() -> TrtllmFake:
+    return TrtllmFake()
