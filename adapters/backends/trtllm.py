@@ -11,22 +11,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from adapters.backends import openai
+from adapters.backends import openai, vllm
 from schemas import canonical, errors
 
-TRTLLM_SAMPLING: dict[str, str] = {
-    **openai.OPENAI_SAMPLING,
-    "min_tokens": "min_tokens",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "repetition_penalty": "repetition_penalty",
-    "length_penalty": "length_penalty",
-    "stop_token_ids": "stop_token_ids",
-    "ignore_eos": "ignore_eos",
-    "best_of": "best_of",
-    "skip_special_tokens": "skip_special_tokens",
-    "truncate": "truncate_prompt_tokens",
-}
+# trtllm-serve took its sampling extras from vLLM's protocol.py (its header says "Adapted
+# from" it) and kept the names: the same table.
+TRTLLM_SAMPLING: dict[str, str] = vllm.VLLM_SAMPLING
 
 # Request fields trtllm-serve declares beyond those the canonical model carries: a client's
 # extra field passes only if it is one of these (openai_protocol.py, both request classes).

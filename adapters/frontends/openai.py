@@ -16,7 +16,14 @@ _SAMPLING_EXTRAS = (
 )
 
 
-class OpenAIChatFrontend:
+class _OpenAIFrontend:
+    """What chat and completions share: the error object."""
+
+    def render_error(self, exc: errors.GatewayError) -> base.Rendered:
+        return render_error(exc)
+
+
+class OpenAIChatFrontend(_OpenAIFrontend):
     """POST /v1/chat/completions."""
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> canonical.InferenceRequest:
@@ -49,11 +56,8 @@ class OpenAIChatFrontend:
     ) -> base.Rendered:
         return base.Rendered(200, orjson.dumps(enc.chat_body(req, done, meta)))
 
-    def render_error(self, exc: errors.GatewayError) -> base.Rendered:
-        return render_error(exc)
 
-
-class OpenAICompletionsFrontend:
+class OpenAICompletionsFrontend(_OpenAIFrontend):
     """POST /v1/completions, including list prompts and token-id prompts."""
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> canonical.InferenceRequest:
@@ -77,9 +81,6 @@ class OpenAICompletionsFrontend:
         self, req: canonical.InferenceRequest, done: canonical.Completion, meta: base.ResponseMeta
     ) -> base.Rendered:
         return base.Rendered(200, orjson.dumps(enc.completion_body(req, done, meta)))
-
-    def render_error(self, exc: errors.GatewayError) -> base.Rendered:
-        return render_error(exc)
 
 
 def wire_request(model: type[validation.M], body: bytes) -> validation.M:
