@@ -283,7 +283,7 @@ def test_non_stream_faults(client: httpx.Client) -> None:
 
 
 def test_openai_sdk_reads_stream_and_tool_calls(base_url: str) -> None:
-    openai = pytest.importorskip("openai")
+    import openai
     sdk = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", timeout=5, max_retries=0)
     stream = sdk.chat.completions.create(
         model=MODEL,
