@@ -337,7 +337,7 @@ def error_parts(exc: errors.GatewayError) -> tuple[int, str, str]:
     validation 422 "Input validation error: ...", overloaded 429 "Model is overloaded",
     generation "Request failed during generation: ..." (with the gateway's 5xx status, as
     SPEC.md asks for a worker that is down)."""
-    if isinstance(exc, errors.Overloaded):
+    if isinstance(exc, errors.Overloaded) or exc.status == 429:  # also workers all overloaded
         return 429, "overloaded", "Model is overloaded"
     if isinstance(exc, errors.Unauthorized):
         return 401, "unauthorized", exc.message

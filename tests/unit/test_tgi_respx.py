@@ -180,3 +180,15 @@ def test_stream_tokens_wait_only_until_the_end_of_their_upstream_read() -> None:
     last = enc.encode(ev.Usage(3, 2))
     assert b'"index":2' in last and b'"generated_text":" a b"' in last
     assert b'"input_length":3' in last
+
+
+def test_workers_all_overloaded_render_as_tgi_overloaded() -> None:
+    """TGI server.rs: InferError::Overloaded is 429 with error_type "overloaded"; the gateway
+    answers so when every upstream said it was overloaded."""
+    from adapters.frontends import tgi as tgi_frontend
+    from schemas import errors as gateway_errors
+
+    r = tgi_frontend.TgiFrontend("generate").render_error(
+        gateway_errors.UpstreamUnavailable("Model is overloaded", status=429))
+    assert r.status == 429
+    assert r.body == b'{"error":"Model is overloaded","error_type":"overloaded"}'
