@@ -3,6 +3,8 @@ byte, refusals, in-band errors after it, and the error bodies clients get."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -263,3 +265,43 @@ async def test_metrics_exposition_counts_requests_tokens_and_upstreams() -> None
     assert 'gateway_completion_tokens_total{model="demo"}' in text
     assert 'gateway_upstreams_healthy{model="demo"} 2.0' in text
     assert "gateway_time_to_first_token_seconds_bucket" in text
+
+
+class Stalls(httpx.AsyncByteStream):
+    """A worker body that sends `parts` and then goes silent."""
+
+    def __init__(self, parts: list[bytes]):
+        self.parts = parts
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for p in self.parts:
+            yield p
+        await asyncio.sleep(30)
+
+
+@pytest.mark.anyio
+async def test_a_silent_worker_ends_the_stream_with_an_idle_timeout_error() -> None:
+    head = b"\n\n".join(SSE_OK.split(b"\n\n")[:2]) + b"\n\n"
+    with respx.mock(assert_all_called=False) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=Stalls([head])))
+        started = time.monotonic()
+        resp = await call(r, {**CHAT, "stream": True},
+                          make_config(timeouts={"idle": 0.3, "first_byte": 5}))
+    assert time.monotonic() - started < 5
+    events = [e for e in resp.text.split("\n\n") if e]
+    assert '"content":"Hello"' in events[1]
+    error = orjson.loads(events[-2].removeprefix("data: "))["error"]
+    assert error["code"] == "upstream_timeout" and "nothing for 0.3s" in error["message"]
+    assert events[-1] == "data: [DONE]"
+
+
+@pytest.mark.anyio
+async def test_a_worker_silent_before_its_first_byte_is_a_504() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=Stalls([])))
+        resp = await call(r, {**CHAT, "stream": True},
+                          make_config(timeouts={"first_byte": 0.3}))
+    assert resp.status_code == 504
+    assert resp.json()["error"]["code"] == "upstream_timeout"
