@@ -112,3 +112,31 @@ def test_default_serve_runs_demo_on_a_managed_simulator(tmp_path) -> None:  # ty
         time.sleep(0.05)
     assert not any(procs.alive(p) for p in workers), "the worker outlived the gateway"
     assert '"event":"worker_healthy"' in proc.output()
+
+
+def test_sigterm_lets_an_in_flight_stream_finish(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SPEC: on SIGTERM stop accepting, finish in-flight streams within the grace period."""
+    import threading
+
+    proc, url = procs.gateway(tmp_path, None)
+    body = {"model": "demo", "stream": True, "max_tokens": 8,
+            "messages": [{"role": "user", "content": "slow [[sim itl_ms=150]]"}]}
+    lines: list[str] = []
+    try:
+        with httpx.Client(timeout=10) as client:
+            with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
+                it = resp.iter_lines()
+                lines.append(next(it))
+                threading.Timer(0.05, proc.popen.send_signal, (signal.SIGTERM,)).start()
+                lines.extend(it)
+        deadline = time.monotonic() + 10
+        while proc.popen.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        exited_by_itself = proc.popen.poll() is not None  # the SIGTERM was taken
+    finally:
+        code = proc.stop(signal.SIGTERM)
+    assert exited_by_itself
+    events = [ln for ln in lines if ln.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and not any('"error"' in e for e in events)
+    assert sum('"content":"' in e and '"content":""' not in e for e in events) == 8
+    assert code in (0, -signal.SIGTERM)
