@@ -152,6 +152,16 @@ class Completion:
             done.add(e)
         return done
 
+    def prompt_tokens(self, choice: int) -> list[tuple[int, ev.TokenLogprob | None]]:
+        """(id, logprob) per prompt token of a choice, as the worker reported them (vLLM gives
+        no logprob, and so no text, for the first); [] when it reported no prompt ids."""
+        info = next((p for p in self.prompt if p.choice == choice), None)
+        info = info or (self.prompt[0] if self.prompt else None)
+        if info is None or info.token_ids is None:
+            return []
+        lps = info.logprobs or []
+        return [(tid, lps[i] if i < len(lps) else None) for i, tid in enumerate(info.token_ids)]
+
     def choice(self, index: int) -> Choice:
         while len(self.choices) <= index:
             self.choices.append(Choice(index=len(self.choices)))

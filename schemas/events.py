@@ -54,6 +54,26 @@ class TextDelta:
     token_ids: list[int] | None = None
     logprobs: list[TokenLogprob] | None = None
 
+    def per_token(self, unknown_id: int = -1) -> list[tuple[int, str, TokenLogprob | None]]:
+        """One (id, text, logprob) per generated token, for protocols that write a line per
+        token (TGI, LMI): texts join to the delta's text (the logprobs' token texts when they
+        add up to it, else all of it on the first token)."""
+        ids, lps = self.token_ids, self.logprobs
+        n = len(ids) if ids else (len(lps) if lps else 1)
+        if n == 1:
+            texts = [self.text]
+        elif lps is not None and len(lps) == n and "".join(t.token for t in lps) == self.text:
+            texts = [t.token for t in lps]
+        else:
+            texts = [self.text] + [""] * (n - 1)
+        out = []
+        for i in range(n):
+            lp = lps[i] if lps is not None and i < len(lps) else None
+            tid = ids[i] if ids else (lp.id if lp is not None and lp.id is not None
+                                      else unknown_id)
+            out.append((tid, texts[i], lp))
+        return out
+
 
 @dataclass(slots=True)
 class ReasoningDelta:

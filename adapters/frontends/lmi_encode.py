@@ -32,21 +32,6 @@ _dumps = lmi_json.dumps
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
 
-def split(e: ev.TextDelta) -> list[tuple[int, str, ev.TokenLogprob | None]]:
-    """One (id, text, logprob) per generated token; texts join to the delta's text (per-token
-    logprob texts when they add up to it, else all of it on the first)."""
-    ids, lps = e.token_ids, e.logprobs
-    n = len(ids) if ids else (len(lps) if lps else 1)
-    if n == 1:
-        texts = [e.text]
-    elif lps is not None and len(lps) == n and "".join(t.token for t in lps) == e.text:
-        texts = [t.token for t in lps]
-    else:
-        texts = [e.text] + [""] * (n - 1)
-    return [(ids[i] if ids else render.UNKNOWN_ID, texts[i],
-             lps[i] if lps is not None and i < len(lps) else None) for i in range(n)]
-
-
 class _Framed:
     """JSON lines (`application/jsonlines`) or DJL's SSE (`data: ` + line + blank line)."""
 
@@ -100,7 +85,7 @@ class RollingStreamEncoder(_Framed):
                 ids[0], orjson.dumps(e.text), self._key,
                 lmi_json.number(lps[0].logprob if lps else None))
             return out
-        toks = split(e)
+        toks = e.per_token(render.UNKNOWN_ID)
         self._tokens += len(toks)
         if self._st.top_n_tokens:
             self._tops += [render.top_tokens(t[2], t[0], self._st.tgi_compat) for t in toks]

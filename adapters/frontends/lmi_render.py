@@ -70,16 +70,8 @@ def choice_tokens(c: canonical.Choice) -> list[tuple[int, str, ev.TokenLogprob |
 def _prefill(st: LmiState, done: canonical.Completion, choice: int) -> list[dict[str, Any]]:
     """get_prompt_tokens_as_dict: one token per prompt id; vLLM has no logprob (and we no text)
     for the first (rolling_batch_vllm_utils.py: log_prob None at index 0)."""
-    info = next((p for p in done.prompt if p.choice == choice), None)
-    info = info or (done.prompt[0] if done.prompt else None)
-    if info is None or info.token_ids is None:
-        return []
-    lps = info.logprobs or []
-    out = []
-    for i, tid in enumerate(info.token_ids):
-        lp = lps[i] if i < len(lps) else None
-        out.append(token(tid, lp.token if lp else "", lp.logprob if lp else None, st.tgi_compat))
-    return out
+    return [token(tid, lp.token if lp else "", lp.logprob if lp else None, st.tgi_compat)
+            for tid, lp in done.prompt_tokens(choice)]
 
 
 def _sequence(st: LmiState, done: canonical.Completion, c: canonical.Choice) -> dict[str, Any]:

@@ -108,25 +108,6 @@ def top_tokens(lp: ev.TokenLogprob | None, tid: int, k: int) -> list[dict[str, A
              "text": a.token, "logprob": f32(a.logprob), "special": False} for a in alts]
 
 
-def split_tokens(e: ev.TextDelta) -> list[tuple[int, str, ev.TokenLogprob | None]]:
-    """One TGI token per generated id, whose texts concatenate to the delta's text (clients
-    join streamed token texts): per-token logprob texts when they add up, else all on the first."""
-    ids, lps = e.token_ids, e.logprobs
-    n = len(ids) if ids else (len(lps) if lps else 1)
-    if n == 1:
-        texts = [e.text]
-    elif lps is not None and len(lps) == n and "".join(t.token for t in lps) == e.text:
-        texts = [t.token for t in lps]
-    else:
-        texts = [e.text] + [""] * (n - 1)
-    out = []
-    for i in range(n):
-        lp = lps[i] if lps is not None and i < len(lps) else None
-        tid = ids[i] if ids else (lp.id if lp is not None and lp.id is not None else UNKNOWN_ID)
-        out.append((tid, texts[i], lp))
-    return out
-
-
 _MORE = b',"generated_text":null,"details":null}\n\n'
 # A last event with no token to carry: TGI always has one, so an empty special token stands in.
 _EMPTY_TOKEN = {"id": UNKNOWN_ID, "text": "", "logprob": None, "special": True}
@@ -187,7 +168,7 @@ class StreamEncoder:
             self._text.append(e.text)
             self._tokens += 1
             return out
-        heads = [self._head(t) for t in split_tokens(e)]
+        heads = [self._head(t) for t in e.per_token(UNKNOWN_ID)]
         self._text.append(e.text)
         self._tokens += len(heads)
         for h in heads[:-1]:
@@ -256,17 +237,9 @@ def _choice_tokens(c: canonical.Choice) -> list[tuple[int, str, ev.TokenLogprob 
 def _prefill(done: canonical.Completion, choice: int) -> list[dict[str, Any]]:
     """`PrefillToken`s from the worker's prompt logprobs; vLLM gives none (and no text) for the
     first prompt token, where TGI writes `"logprob":null` too."""
-    info = next((p for p in done.prompt if p.choice == choice), None)
-    info = info or (done.prompt[0] if done.prompt else None)
-    if info is None or info.token_ids is None:
-        return []
-    lps = info.logprobs or []
-    out = []
-    for i, tid in enumerate(info.token_ids):
-        lp = lps[i] if i < len(lps) else None
-        out.append({"id": tid, "text": lp.token if lp is not None else "",
-                    "logprob": f32(lp.logprob) if lp is not None else None})
-    return out
+    return [{"id": tid, "text": lp.token if lp is not None else "",
+             "logprob": f32(lp.logprob) if lp is not None else None}
+            for tid, lp in done.prompt_tokens(choice)]
 
 
 def _sequence(st: TgiState, done: canonical.Completion, c: canonical.Choice,
