@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import httpx
 from starlette.types import ASGIApp
@@ -42,3 +43,19 @@ async def serve(cfg: config.Config, fakes: Mapping[str, ASGIApp] | None = None
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://gw", timeout=10) as client:
             yield client
+
+
+def sdk(client: httpx.AsyncClient) -> Any:
+    """The openai SDK over the in-process gateway (typed loosely: its overloads are not the
+    point)."""
+    import openai
+
+    http: Any = client  # openai 3.x types its client as httpx2's, which httpx's satisfies
+    return openai.AsyncOpenAI(base_url="http://gw/v1", api_key="k", http_client=http,
+                              max_retries=0)
+
+
+def sent(fake: Any) -> tuple[str, dict[str, Any]]:
+    """The last request a fake worker received: its path and body."""
+    path, body = fake.state.requests[-1]
+    return path, body

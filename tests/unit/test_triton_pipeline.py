@@ -43,16 +43,8 @@ async def gw(fake: Starlette) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-def sdk(client: httpx.AsyncClient) -> Any:
-    """The SDK over the in-process gateway (typed loosely: its overloads are not the point)."""
-    http: Any = client  # openai 3.x types its client as httpx2's, which httpx's satisfies
-    return openai.AsyncOpenAI(base_url="http://gw/v1", api_key="k", http_client=http,
-                              max_retries=0)
-
-
-def sent(fake: Starlette) -> tuple[str, dict[str, Any]]:
-    path, body = fake.state.requests[-1]
-    return path, body
+sdk = hosts.sdk
+sent = hosts.sent
 
 
 @pytest.mark.anyio
