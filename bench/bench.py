@@ -210,7 +210,7 @@ def wait_healthy(proc: Proc, url: str, timeout: float = 20.0) -> None:
 
 def start_simulator(procs: Processes, tmp: Path, case: dict[str, Any], args: argparse.Namespace,
                     port: int) -> Proc:
-    cmd = [PY, "-m", "gateway.simulator", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [PY, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port),
            "--ttft-ms", f"{case['ttft_ms']:g}", "--itl-ms", f"{case['itl_ms']:g}",
            "--tokens", str(args.tokens)]
     proc = procs.start("simulator", cmd, args.load_core, tmp / f"simulator-{port}.log")

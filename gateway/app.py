@@ -14,7 +14,17 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adapters import registry
-from gateway import cli, config, metrics, pipeline, resolver, routing, serving, supervisor, upstream
+from gateway import (
+    config,
+    metrics,
+    pipeline,
+    resolver,
+    routing,
+    serving,
+    supervisor,
+    upstream,
+    version,
+)
 
 # How often DNS-named upstreams (headless Services) are re-resolved.
 DNS_REFRESH_SECONDS = 5.0
@@ -55,7 +65,7 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
         Route(path, serving.ProtocolEndpoint(make(), services), methods=["POST"])
         for path, make in registry.INFERENCE_ROUTES]
     routes += [
-        Route(path, serving.StatusEndpoint(answer, services, cli.version(), started),
+        Route(path, serving.StatusEndpoint(answer, services, version.version(), started),
               methods=["GET"])
         for path, answer in registry.STATUS_ROUTES]
     async def metrics_route(scope: Scope, receive: Receive, send: Send) -> None:

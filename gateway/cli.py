@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
 
-
-def version() -> str:
-    try:
-        return importlib.metadata.version("inference-gateway")
-    except importlib.metadata.PackageNotFoundError:
-        return "0+unknown"
+from gateway import version
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gateway", description=(
         "An LLM inference gateway: OpenAI, LMI/SageMaker, TGI and Elastic clients in front of "
         "vLLM, TensorRT-LLM, TGI and OpenAI-compatible workers."))
-    p.add_argument("--version", action="version", version=f"gateway {version()}")
+    p.add_argument("--version", action="version", version=f"gateway {version.version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the gateway",
@@ -39,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="run the simulator worker on its own",
                          description="Run the simulator: a worker speaking vLLM's OpenAI API.")
-    from gateway.simulator import server as simulator
+    from simulator import server as simulator
 
     simulator.add_arguments(sim)
     return p
@@ -50,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check-config":
         return check_config(args.file)
     if args.command == "simulate":
-        from gateway.simulator import server as simulator
+        from simulator import server as simulator
 
         simulator.run_from_args(args)
         return 0
@@ -89,7 +83,7 @@ def serve(args: argparse.Namespace) -> int:
     # (the benchmark's profile showed the collector at 5% of the gateway's CPU).
     gc.set_threshold(20_000, 20, 20)
     observability.logger().info("serving", host=server.host, port=server.port,
-                                models=[m.name for m in cfg.models], version=version())
+                                models=[m.name for m in cfg.models], version=version.version())
     try:
         application = app.build_app(cfg)  # reads chat_template files: may find more errors
     except config.ConfigError as exc:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import prometheus_client as prom
 
 if TYPE_CHECKING:
+    from gateway.exchange import Exchange
     from gateway.routing import Router
-    from gateway.serving import Exchange
 
 REGISTRY = prom.CollectorRegistry(auto_describe=True)
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)

@@ -13,7 +13,7 @@ import structlog
 from gateway import metrics
 
 if TYPE_CHECKING:
-    from gateway.serving import Exchange
+    from gateway.exchange import Exchange
 
 _log: Any = structlog.get_logger("gateway")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters import base
-from gateway import config, observability, pipeline, routing
+from gateway import config, exchange, observability, pipeline, routing
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -25,6 +25,7 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+Exchange = exchange.Exchange
 
 
 @dataclass
@@ -36,26 +37,6 @@ class Services:
     pipeline: pipeline.Pipeline
     in_flight: int = 0
     keys: frozenset[str] = field(default_factory=frozenset)
-
-
-@dataclass(slots=True)
-class Exchange:
-    """One request's state, for its answer and its log line."""
-
-    request_id: str
-    path: str
-    started: float
-    status: int = 0
-    model: str | None = None
-    stream: bool = False
-    first_event_at: float | None = None
-    reads: int = 0  # upstream reads streamed (for the inter-token latency metric)
-    usage: ev.Usage | None = None
-    error: str | None = None
-    outcome: str = "ok"
-    note: pipeline.Attempt = field(default_factory=pipeline.Attempt)
-    head_sent: bool = False
-    finishing: bool = False
 
 
 class ProtocolEndpoint:

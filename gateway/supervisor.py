@@ -61,7 +61,7 @@ class ManagedWorker:
         """The real command line of this kind of worker."""
         host, port = self.cfg.host, str(self.port)
         if self.cfg.kind == "simulator":
-            return [sys.executable, "-m", "gateway.simulator", "--host", host, "--port", port,
+            return [sys.executable, "-m", "simulator", "--host", host, "--port", port,
                     "--model-name", self.route.upstream_model, *self.cfg.args]
         if self.cfg.kind == "vllm":
             return ["vllm", "serve", self.route.upstream_model, "--host", host, "--port", port,

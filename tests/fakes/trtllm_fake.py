@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from adapters.backends import trtllm
-from gateway.simulator import server, settings
+from simulator import server, settings
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

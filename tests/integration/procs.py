@@ -69,7 +69,7 @@ class Proc:
 
 def simulator(tmp: Path, *args: str) -> tuple[Proc, str]:
     port = free_port()
-    proc = Proc([sys.executable, "-m", "gateway.simulator", "--host", "127.0.0.1",
+    proc = Proc([sys.executable, "-m", "simulator", "--host", "127.0.0.1",
                  "--port", str(port), *args], tmp / f"sim-{port}.log")
     url = f"http://127.0.0.1:{port}"
     proc.wait_http(url + "/health")

@@ -1,4 +1,4 @@
-"""The simulator as a real worker: `python -m gateway.simulator` on a loopback port, over HTTP.
+"""The simulator as a real worker: `python -m simulator` on a loopback port, over HTTP.
 
 Byte shapes follow wire-formats.md section 3 (vLLM 0.11); faults are the `[[sim ...]]`
 directives. Every wait is bounded.

@@ -38,7 +38,7 @@ def test_real_command_lines_from_a_config() -> None:
                               "127.0.0.1", "--port", "8001", "--tensor-parallel-size", "2"]
     assert trt.command() == ["trtllm-serve", "meta-llama/Llama-3.1-8B-Instruct", "--host",
                              "127.0.0.1", "--port", "8002", "--backend", "pytorch"]
-    assert sim.command() == [sys.executable, "-m", "gateway.simulator", "--host", "127.0.0.1",
+    assert sim.command() == [sys.executable, "-m", "simulator", "--host", "127.0.0.1",
                              "--port", "8003", "--model-name",
                              "meta-llama/Llama-3.1-8B-Instruct", "--tokens", "4"]
     env = vllm.environment()

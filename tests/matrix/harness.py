@@ -13,7 +13,7 @@ import orjson
 
 from gateway import app as gateway_app
 from gateway import config, upstream
-from gateway.simulator import server, settings
+from simulator import server, settings
 from tests.fakes import tgi_fake, triton_fake, trtllm_fake
 
 TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.simulator import SimulatorSettings, build_app
+from simulator import SimulatorSettings, build_app
 
 Headers = dict[str, str]
 

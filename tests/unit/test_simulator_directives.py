@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.simulator import directives
-from gateway.simulator.directives import DirectiveError, Directives, FailMemory
+from simulator import directives
+from simulator.directives import DirectiveError, Directives, FailMemory
 
 
 def test_no_directive_is_the_shared_default() -> None:

@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-from gateway.simulator import jobs, tokens
-from gateway.simulator.settings import SimulatorSettings
+from simulator import jobs, tokens
+from simulator.settings import SimulatorSettings
 
 KEY = tokens.digest("unit-test prompt")
 
@@ -29,7 +29,7 @@ def test_same_key_same_tokens_and_logprobs() -> None:
 def test_output_is_stable_across_processes() -> None:
     """blake2b, not Python's salted hash(): another interpreter with another hash seed agrees."""
     code = (
-        "from gateway.simulator import tokens as t;"
+        "from simulator import tokens as t;"
         "print(t.generate(t.GenSpec(tokens=12), t.digest('unit-test prompt')).content)"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

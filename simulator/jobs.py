@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from hashlib import blake2b
 from typing import Any
 
-from gateway.simulator import directives, tokens
-from gateway.simulator.settings import SimulatorSettings
+from simulator import directives, tokens
+from simulator.settings import SimulatorSettings
 
 MAX_LOGPROBS = 20  # vLLM --max-logprobs default
 

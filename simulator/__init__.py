@@ -3,7 +3,7 @@ tokens, token ids, logprobs, usage, finish reasons, reasoning and tool calls, co
 latency, and faults injected by `[[sim ...]]` directives in the prompt. The demo, the tests
 and the benchmarks run against it."""
 
-from gateway.simulator.server import add_arguments, build_app, run_from_args
-from gateway.simulator.settings import SimulatorSettings
+from simulator.server import add_arguments, build_app, run_from_args
+from simulator.settings import SimulatorSettings
 
 __all__ = ["SimulatorSettings", "add_arguments", "build_app", "run_from_args"]

@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from gateway.simulator import chat, completions, directives, jobs, render, tokens
-from gateway.simulator.control import Connection, Stats
-from gateway.simulator.settings import SimulatorSettings
+from simulator import chat, completions, directives, jobs, render, tokens
+from simulator.control import Connection, Stats
+from simulator.settings import SimulatorSettings
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

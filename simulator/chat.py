@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from gateway.simulator import directives, jobs, render, tokens
-from gateway.simulator.jobs import SimError
-from gateway.simulator.settings import SimulatorSettings
+from simulator import directives, jobs, render, tokens
+from simulator.jobs import SimError
+from simulator.settings import SimulatorSettings
 
 _dumps = orjson.dumps
 
