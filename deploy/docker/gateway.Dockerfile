@@ -15,6 +15,7 @@ COPY pyproject.toml README.md ./
 COPY schemas schemas
 COPY adapters adapters
 COPY gateway gateway
+COPY simulator simulator
 # --without-pip + `pip --python`: the environment gets the gateway and its dependencies,
 # not pip itself. dumb-init (pinned, from PyPI) becomes PID 1: it forwards SIGTERM to the
 # gateway and reaps orphaned grandchildren of managed workers.

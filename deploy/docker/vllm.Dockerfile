@@ -21,6 +21,7 @@ COPY pyproject.toml README.md ./
 COPY schemas schemas
 COPY adapters adapters
 COPY gateway gateway
+COPY simulator simulator
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM vllm/vllm-openai:${VLLM_VERSION}
