@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from adapters import registry
 from gateway import (
     config,
+    health,
     metrics,
     pipeline,
     resolver,
@@ -50,6 +51,7 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
         app.state.supervisor = workers
         sets = [r.upstreams for r in router.routes.values() if r.upstreams.to_resolve]
         dns = asyncio.ensure_future(resolver.refresh_forever(sets, DNS_REFRESH_SECONDS))
+        watchers = health.start(router.routes.values(), client, cfg.server.health)
         try:
             await workers.start()
             gc.collect()
@@ -57,6 +59,8 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
             yield
         finally:
             dns.cancel()
+            for w in watchers:
+                w.cancel()
             await workers.stop()
             await client.aclose()
 

@@ -27,6 +27,17 @@ class Timeouts(_Frozen):
     request_read: float = Field(30, gt=0)
 
 
+class HealthConfig(_Frozen):
+    """Passive ejection and active probing of upstreams (SPEC.md, Routing, health and failover)."""
+
+    eject_after: int = Field(3, ge=1)  # consecutive failures that eject an upstream
+    backoff: float = Field(1.0, gt=0)  # first ejection; doubles after each failed trial
+    backoff_max: float = Field(30, gt=0)
+    probe_interval: float = Field(5, gt=0)  # health route of static and DNS-expanded upstreams
+    probe_timeout: float = Field(2, gt=0)
+    load_interval: float = Field(1, gt=0)  # workers' /metrics queue gauges (least_request)
+
+
 class ServerConfig(_Frozen):
     host: str = "0.0.0.0"
     port: int = Field(8080, ge=0, le=65535)
@@ -36,6 +47,8 @@ class ServerConfig(_Frozen):
     timeouts: Timeouts = Timeouts()
     retries: int = Field(2, ge=0, le=10)  # further attempts before the first byte
     drain_seconds: float = Field(30, ge=0)  # SIGTERM: time given to in-flight streams
+    failover_attempts: int = Field(1, ge=0, le=10)  # continuations of a stream cut mid-way
+    health: HealthConfig = HealthConfig()
 
 
 class LmiConfig(_Frozen):
@@ -49,6 +62,7 @@ class ModelConfig(_Frozen):
     backend: Literal["vllm", "trtllm", "triton", "tgi", "openai"] = "vllm"
     upstreams: tuple[str, ...] = ()
     upstream_model: str | None = None
+    routing: Literal["least_request", "round_robin", "prefix"] = "least_request"
     chat_template: str | None = None
     lmi: LmiConfig = LmiConfig()
 

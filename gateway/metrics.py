@@ -49,7 +49,7 @@ def record(x: Exchange, ended: float) -> None:
 
 def exposition(router: Router) -> bytes:
     for route in router.routes.values():
-        UPSTREAMS.labels(route.name).set(len(route.upstreams.all))
+        UPSTREAMS.labels(route.name).set(len(route.upstreams.healthy()))
     return bytes(prom.generate_latest(REGISTRY))
 
 

@@ -54,8 +54,8 @@ class Router:
             options = {"name": m.name, "lmi": m.lmi.model_dump(),
                        "chat_template": chat_template_text(m.chat_template, i),
                        "elastic": cfg.elastic.model_dump()}
-            route = Route(m, registry.backend(m.backend), balancer.Upstreams(m.upstreams),
-                          options)
+            ups = balancer.Upstreams(m.upstreams, m.routing, cfg.server.health)
+            route = Route(m, registry.backend(m.backend), ups, options)
             self.routes[m.name] = route
             for name in (m.name, *m.aliases):
                 self._by_name[name] = route

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from adapters import base
+from adapters import base, continuation
 from adapters.backends import openai_decode
 from schemas import canonical, errors
 
@@ -123,6 +123,14 @@ class OpenAIBackend:
 
     def health_path(self) -> str:
         return "/health"
+
+    def load_gauges(self) -> base.LoadGauges | None:
+        return None  # the OpenAI API defines no load metrics
+
+    def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
+                     tokens_so_far: int) -> canonical.InferenceRequest | None:
+        """Completions only: the OpenAI API has no way to continue an assistant turn."""
+        return continuation.completion(req, text_so_far, tokens_so_far)
 
 
 def error_message(body: bytes) -> str:

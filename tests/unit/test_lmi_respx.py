@@ -28,7 +28,7 @@ PROMPT = "What is Deep Learning?"
 
 def cfg(**models: dict[str, Any]) -> config.Config:
     """`demo` (default, vLLM) plus named models with their own settings."""
-    entries = [{"name": "demo", "backend": "vllm", "upstreams": [UP1, UP2],
+    entries = [{"name": "demo", "backend": "vllm", "upstreams": [UP1, UP2], "routing": "round_robin",
                 "upstream_model": "org/model"}]
     entries += [{"name": name, "upstreams": [UP1], **m} for name, m in models.items()]
     return config.Config.model_validate({"default_model": "demo", "models": entries})

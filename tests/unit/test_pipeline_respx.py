@@ -50,7 +50,8 @@ def make_config(**server: Any) -> config.Config:
     return config.Config.model_validate({
         "server": server, "default_model": "demo",
         "models": [{"name": "demo", "aliases": ["d"], "backend": "vllm",
-                    "upstreams": [UP1, UP2], "upstream_model": "org/model"}]})
+                    "upstreams": [UP1, UP2], "upstream_model": "org/model",
+                    "routing": "round_robin"}]})
 
 
 async def call(router: respx.MockRouter, body: dict[str, Any] | bytes,
@@ -134,7 +135,7 @@ async def test_mid_stream_break_ends_with_in_band_error_not_silence() -> None:
     with respx.mock(assert_all_called=False) as r:
         r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
             200, stream=Broken([head])))
-        resp = await call(r, {**CHAT, "stream": True})
+        resp = await call(r, {**CHAT, "stream": True}, make_config(failover_attempts=0))
     assert resp.status_code == 200
     events = [e for e in resp.text.split("\n\n") if e]
     assert '"content":"Hello"' in events[1]
