@@ -101,8 +101,10 @@ class Upstreams:
             self._rebuild()
 
     def add(self, url: str) -> None:
+        """A managed worker that passed its health gate: a fresh start, whatever its URL did."""
         if url not in self._managed:
             self._managed.append(url)
+            self.health.pop(url, None)
             self._rebuild()
 
     def remove(self, url: str) -> None:
