@@ -7,7 +7,9 @@ so scaling workers needs no gateway restart. Managed workers are added once heal
 Health, as Envoy's outlier detection does it: an upstream failing `eject_after` times in a
 row is ejected for a backoff that doubles after each failed half-open trial (one request
 let through once the backoff is over); an active probe that fails takes it out until one
-passes. An ejected upstream is not offered at all, so it costs requests nothing.
+passes. An ejected upstream is not offered at all, so it costs requests nothing, unless every
+upstream of the model is ejected: then all those whose probe passes are tried anyway (Envoy's
+panic mode), since refusing without trying helps no one.
 
 Choice (`models[].routing`): `least_request` is power of two choices (Mitzenmacher) on the
 gateway's in-flight count plus the worker's published queue; `round_robin`; `prefix` is
@@ -131,7 +133,7 @@ class Upstreams:
     def order(self, key: str | None = None) -> list[str]:
         """Every available upstream once, the policy's choice first: attempt 1 there, retries
         after. `key` is the prompt's leading text, used by `prefix` only."""
-        urls = self.healthy()
+        urls = self.healthy() or [u for u in self._all if self.health[u].probe_ok]  # panic
         if len(urls) < 2:
             return urls
         if self.policy == "least_request":
