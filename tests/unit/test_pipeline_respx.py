@@ -150,7 +150,7 @@ async def test_stream_that_ends_without_done_is_an_error() -> None:
     cut = SSE_OK.replace(b"data: [DONE]\n\n", b"")
     with respx.mock(assert_all_called=False) as r:
         r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(200, content=cut))
-        resp = await call(r, {**CHAT, "stream": True})
+        resp = await call(r, {**CHAT, "stream": True}, make_config(failover_attempts=0))
     assert resp.status_code == 200
     assert "[DONE]" in resp.text and "before `data: [DONE]`" in resp.text
 
@@ -288,7 +288,8 @@ async def test_a_silent_worker_ends_the_stream_with_an_idle_timeout_error() -> N
             200, stream=Stalls([head])))
         started = time.monotonic()
         resp = await call(r, {**CHAT, "stream": True},
-                          make_config(timeouts={"idle": 0.3, "first_byte": 5}))
+                          make_config(timeouts={"idle": 0.3, "first_byte": 5},
+                                      failover_attempts=0))
     assert time.monotonic() - started < 5
     events = [e for e in resp.text.split("\n\n") if e]
     assert '"content":"Hello"' in events[1]
