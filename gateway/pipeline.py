@@ -257,18 +257,26 @@ class Progress:
         self.resumed = False
 
     def track(self, batch: list[ev.Event]) -> bool:
-        """Note a batch on its way out; False when nothing of it is left to send."""
+        """Note a batch on its way out (a few type checks per event: this runs per chunk);
+        False when nothing of it is left to send."""
         for e in batch:
-            if type(e) is ev.TextDelta:
-                self.texts.append(e.text)
-                self.tokens += len(e.token_ids) if e.token_ids else 1
-            elif type(e) is ev.ReasoningDelta or type(e) is ev.ToolCallDelta:
+            kind = type(e)
+            if kind is ev.TextDelta:
+                self.texts.append(e.text)  # type: ignore[union-attr]
+                ids = e.token_ids  # type: ignore[union-attr]
+                self.tokens += len(ids) if ids else 1
+            elif kind is ev.ReasoningDelta or kind is ev.ToolCallDelta:
                 self.mixed = True
-            elif type(e) is ev.Usage and self.resumed:
+        return self._after_resume(batch) if self.resumed else True
+
+    def _after_resume(self, batch: list[ev.Event]) -> bool:
+        """A continuation's events as the client's one stream: its opening dropped, its usage
+        counting the client's prompt and every completion token."""
+        batch[:] = [e for e in batch if type(e) not in _OPENING]
+        for e in batch:
+            if type(e) is ev.Usage:
                 e.prompt_tokens = max(0, e.prompt_tokens - self.base)
                 e.completion_tokens += self.base
-        if self.resumed and any(type(e) in _OPENING for e in batch):
-            batch[:] = [e for e in batch if type(e) not in _OPENING]
         return bool(batch)
 
     def continued(self) -> None:

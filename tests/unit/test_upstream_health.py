@@ -220,3 +220,28 @@ def test_scraped_queue_steers_least_request() -> None:
     asyncio.run(go())
     assert ups.health["http://a:1"].queued == 5.0
     assert all(ups.order()[0] == "http://b:1" for _ in range(20))
+
+
+def test_dns_expanded_addresses_are_the_ones_probed_and_managed_workers_are_not() -> None:
+    ups = balancer.Upstreams(("http://workers.ns.svc:8000",))
+    ups.resolved("http://workers.ns.svc:8000", ["http://10.1.0.1:8000", "http://10.1.0.2:8000"])
+    ups.add("http://127.0.0.1:9000")  # a managed worker: its supervisor probes it
+    assert ups.static == ["http://10.1.0.1:8000", "http://10.1.0.2:8000"]
+    seen: list[str] = []
+
+    class Client:
+        async def probe(self, url: str, timeout: float) -> int:
+            seen.append(url)
+            return 503 if "10.1.0.2" in url else 200
+
+    asyncio.run(health.probe(Client(), ups, "/health", 1.0))  # type: ignore[arg-type]
+    assert sorted(seen) == ["http://10.1.0.1:8000/health", "http://10.1.0.2:8000/health"]
+    assert ups.healthy() == ["http://10.1.0.1:8000", "http://127.0.0.1:9000"]
+
+
+def test_routing_and_failover_keys_default_as_the_spec_says() -> None:
+    cfg = config.Config.model_validate({"models": [{"name": "m"}]})
+    assert cfg.models[0].routing == "least_request"
+    assert cfg.server.failover_attempts == 1
+    with pytest.raises(ValueError, match="routing"):
+        config.Config.model_validate({"models": [{"name": "m", "routing": "random"}]})
