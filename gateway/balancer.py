@@ -164,9 +164,12 @@ class Upstreams:
                 h.trial = True
 
     def end(self, url: str) -> None:
+        """An attempt is over; a half-open trial that ended without a verdict (its client
+        left) lets the next request try."""
         h = self.health.get(url)
-        if h is not None and h.in_flight > 0:
-            h.in_flight -= 1
+        if h is not None:
+            h.in_flight = max(0, h.in_flight - 1)
+            h.trial = False
 
     def succeeded(self, url: str) -> None:
         h = self.health.get(url)

@@ -124,7 +124,8 @@ class Pipeline:
             if isinstance(exc, errors.GatewayError):
                 note.errors.append(f"{url}: {exc.message}")
             raise
-        ups.succeeded(url)
+        if not opened.more:  # a stream is judged at its end (a break after the first byte
+            ups.succeeded(url)  # counts toward ejection too)
         opened.url, opened.job = url, job
         return opened
 
@@ -184,7 +185,6 @@ class Pipeline:
                         yield batch
                 return
             except (errors.UpstreamBroken, errors.UpstreamTimeout) as exc:
-                job.route.upstreams.failed(current.url)
                 if not left or seen.mixed:
                     raise
                 left -= 1
@@ -234,6 +234,12 @@ class Pipeline:
                 dog.last = loop.time()
                 if out := opened.decoder.feed(data):
                     yield out
+            if opened.job is not None:
+                opened.job.route.upstreams.succeeded(opened.url)
+        except (errors.UpstreamBroken, errors.UpstreamTimeout):
+            if opened.job is not None:  # the worker failed after its first byte
+                opened.job.route.upstreams.failed(opened.url)
+            raise
         finally:
             dog.cancel()
             await opened.close(opened.job.route.upstreams if opened.job else None)

@@ -63,3 +63,28 @@ def test_each_backend_decides_what_it_can_continue() -> None:
                                        tools=[canonical.ToolSpec("f")])
     assert registry.backend("vllm").continuation(two, "x", 1) is None
     assert registry.backend("vllm").continuation(tools, "x", 1) is None
+
+
+@pytest.mark.anyio
+async def test_streams_breaking_after_the_first_byte_count_toward_ejection() -> None:
+    cfg = harness.make_config(failover_attempts=0)
+    with respx.mock(assert_all_called=True) as r:
+        bad = r.post(f"{UP1}/v1/chat/completions").mock(side_effect=lambda _: httpx.Response(
+            200, stream=harness.Broken([HEAD])))
+        r.post(f"{UP2}/v1/chat/completions").mock(side_effect=lambda _: httpx.Response(
+            200, content=REST))
+        from gateway import app as gateway_app
+        from gateway import upstream
+
+        def factory(_: object) -> upstream.UpstreamClient:
+            return upstream.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
+                r.async_handler)))
+
+        app = gateway_app.build_app(cfg, factory)
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://gw") as client:
+                for _ in range(10):
+                    await client.post("/v1/chat/completions",
+                                      json={**harness.CHAT, "stream": True})
+    assert bad.call_count == 3  # round robin gave it every other stream until the third broke
