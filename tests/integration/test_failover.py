@@ -29,7 +29,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[st
     sims = [procs.simulator(tmp) for _ in range(2)]
     urls = [u for _, u in sims]
     gw, url = procs.gateway(tmp, f"""
-server: {{failover_attempts: 1, timeouts: {{first_byte: 10, idle: 1}}}}
+server: {{failover_attempts: 1, timeouts: {{first_byte: 10, idle: 1}},
+          health: {{eject_after: 1000}}}}  # every test cuts a worker: none may be ejected
 default_model: demo
 models:
   - name: demo
@@ -53,9 +54,11 @@ def requests_seen(sims: list[str]) -> list[dict[str, Any]]:
 def uncut(sims: list[str]) -> tuple[str, int, int]:
     """The answer (text, prompt tokens, completion tokens) the first worker would have sent
     had it not been cut: the one whose last request is not a continuation."""
-    firsts = [r for r in requests_seen(sims) if not r["body"].get("continue_final_message")]
-    bodies = sorted((r["body"] for r in firsts), key=lambda b: len(str(b.get("prompt", ""))))
-    body = bodies[0]
+    bodies = [r["body"] for r in requests_seen(sims)]
+    firsts = [b for b in bodies if not b.get("continue_final_message")]
+    if all("prompt" in b for b in bodies):  # completions: the continuation extends the prompt
+        firsts = [min(bodies, key=lambda b: len(b["prompt"]))]
+    body = firsts[0]
     endpoint = chat if "messages" in body else completions
     faults = resume.uncut(directives.parse(endpoint.directive_texts(body)))
     job = endpoint.parse(body, settings.SimulatorSettings(), faults, None)
@@ -102,10 +105,10 @@ def test_openai_completions_stream_is_continued(env: tuple[str, list[str]]) -> N
     chunks = list(client.completions.create(
         model="demo", prompt="once upon a time [[sim tokens=10 drop_after=3]]", max_tokens=30,
         stream=True))
+    assert both_served(sims, before)
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == uncut(sims)[0] and len(text.split()) == 10
     assert len({c.id for c in chunks}) == 1
-    assert both_served(sims, before)
 
 
 def test_tgi_generate_stream_is_continued(env: tuple[str, list[str]]) -> None:
