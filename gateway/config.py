@@ -117,8 +117,8 @@ def reference_problems(raw: Any) -> list[str]:
     problems: list[str] = []
     for i, m in enumerate(models):
         m = m if isinstance(m, dict) else {}
-        aliases = m.get("aliases") if isinstance(m.get("aliases"), list | tuple) else []
-        for name in (m.get("name"), *aliases):
+        aliases = m.get("aliases")
+        for name in (m.get("name"), *(aliases if isinstance(aliases, list | tuple) else ())):
             if not isinstance(name, str):
                 continue
             if name in names:
