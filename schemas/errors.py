@@ -19,15 +19,20 @@ from __future__ import annotations
 
 
 class GatewayError(Exception):
-    """Base: carries the HTTP status a client protocol renders by default."""
+    """Base: carries the HTTP status a client protocol renders by default.
+
+    `message` reaches the client; `detail` (a worker's address, an exception's class, a body
+    that is not the worker's error message) reaches only the log line of the request."""
 
     status: int = 500
     kind: str = "internal_error"
 
-    def __init__(self, message: str, *, field: str | None = None, status: int | None = None):
+    def __init__(self, message: str, *, field: str | None = None, status: int | None = None,
+                 detail: str | None = None):
         super().__init__(message)
-        self.message = message
+        self.message = message  # what the client reads: never an address, class name or body
         self.field = field
+        self.detail = detail  # what only the request's log line gets (worker address, body)
         if status is not None:
             self.status = status
 

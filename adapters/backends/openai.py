@@ -117,20 +117,23 @@ class OpenAIBackend:
 
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
         message = error_message(body) or f"the worker answered HTTP {status}"
+        detail = body[:500].decode("utf-8", "replace")  # for the log line only
         if status >= 500:
-            return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502)
-        return errors.UpstreamRejected(message, status=status)
+            return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502,
+                                              detail=detail)
+        return errors.UpstreamRejected(message, status=status, detail=detail)
 
     def health_path(self) -> str:
         return "/health"
 
 
 def error_message(body: bytes) -> str:
-    """The message of any OpenAI-style error body: nested, flat (trtllm-serve) or a string."""
+    """The message of any OpenAI-style error body: nested, flat (trtllm-serve) or a string.
+    A body that is not JSON (a proxy's HTML page) is no message for a client: empty."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:1000]
+        return ""
     if isinstance(obj, dict):
         err = obj.get("error", obj)
         if isinstance(err, dict):
