@@ -46,6 +46,9 @@ class UpstreamClient(Protocol):
 
 UNREACHABLE = "the model's workers could not be reached"
 BROKE_OFF = "the worker's answer broke off"
+BAD_URL = "the model's upstream URL is not valid"
+# A URL no client can send to: retrying it elsewhere or later cannot help (issue 12).
+_PERMANENT = (aiohttp.InvalidURL, httpx.InvalidURL, httpx.UnsupportedProtocol)
 
 
 @contextlib.contextmanager
@@ -53,6 +56,8 @@ def map_errors(before_status: bool) -> Iterator[None]:
     """Transport failures to the gateway's tree; the phase decides whether a retry may help."""
     try:
         yield
+    except _PERMANENT as exc:  # not UpstreamUnavailable: one attempt, a clear error
+        raise errors.UpstreamError(BAD_URL, detail=f"{type(exc).__name__}: {exc}") from exc
     except (aiohttp.ClientError, httpx.TransportError, OSError) as exc:
         # The client reads a stable message; the class and text (which name the worker's
         # address) go to the request's log line only.

@@ -153,8 +153,8 @@ async def test_workers_down_is_503_in_the_lmi_error_body(stream: bool) -> None:
 
 @pytest.mark.anyio
 async def test_worker_refusing_a_parameter() -> None:
-    """Seed 003: a bad generation parameter gives the finish_reason error body (non-stream
-    `inputs`); the other schemas answer {"error", "code"}; both 424 (SPEC.md)."""
+    """A worker's refusal is {"error", "code"} with its message kept, in every schema, 424 as
+    for a validation failure (SPEC.md; issue 12: never seed 003's message-less shell)."""
     refusal = httpx.Response(400, json={"error": {"message": "max_tokens is too large",
                                                   "type": "BadRequestError", "param": None,
                                                   "code": 400}})
@@ -165,8 +165,7 @@ async def test_worker_refusing_a_parameter() -> None:
         chat = await call(r, {"messages": [{"role": "user", "content": "Hi"}]}, cfg(),
                           path="/invocations")
     assert rolling.status_code == 424
-    assert rolling.json() == {"generated_text": "", "details": {
-        "finish_reason": "error", "generated_tokens": None, "inputs": None, "tokens": None}}
+    assert rolling.json() == {"error": "max_tokens is too large", "code": 424}
     assert chat.status_code == 424
     assert chat.json() == {"error": "max_tokens is too large", "code": 424}
 
