@@ -242,13 +242,13 @@ async def test_ping() -> None:
 
 @pytest.mark.anyio
 async def test_worker_failing_the_generation_non_stream() -> None:
-    """A worker that answers 500 (vLLM's engine error) failed the generation: seed 003's
-    finish_reason error body with the gateway's 502; one that is unreachable is a 503 in the
-    {"error", "code"} body (SPEC.md)."""
+    """A worker that answers 500 (vLLM's engine error) failed the generation: the gateway's
+    502 in the {"error", "code"} body with the worker's message (issue 12), as an unreachable
+    one is a 503 in that body (SPEC.md)."""
     failed = httpx.Response(500, json={"error": {"message": "engine died", "code": 500,
                                                  "type": "InternalServerError", "param": None}})
     with respx.mock(assert_all_called=False) as r:
         r.post(url__regex=COMPLETIONS).mock(return_value=failed)
         resp = await call(r, {"inputs": PROMPT}, cfg(), path="/invocations")
     assert resp.status_code == 502
-    assert resp.json()["details"]["finish_reason"] == "error"
+    assert resp.json() == {"error": "engine died", "code": 502}
