@@ -3,6 +3,7 @@
     GatewayError (500)
     ├─ RequestError (4xx, the caller can fix it)
     │    ├─ InvalidRequest 400 (.field)
+    │    │    └─ MalformedBody 400/415/422 (not JSON, not JSON's media type, not the shape)
     │    ├─ Unauthorized 401
     │    ├─ ModelNotFound 404
     │    ├─ PayloadTooLarge 413
@@ -46,6 +47,12 @@ class RequestError(GatewayError):
 
 class InvalidRequest(RequestError):
     """A field is missing, malformed or out of range; `field` names it."""
+
+
+class MalformedBody(InvalidRequest):
+    """The body could not be read as the route's JSON at all: a syntax error (400), a media
+    type that is not JSON (415), or JSON of the wrong shape (422); as a JSON extractor such as
+    axum's refuses it before the handler runs."""
 
 
 class Unauthorized(RequestError):
