@@ -110,12 +110,15 @@ def _entries(annotation: Any) -> type[BaseModel] | None:
 
 
 def parse_value(value: str, annotation: Any) -> Any:
-    """A text setting keeps the variable's text as is (an API key `0123` stays a string);
-    anything else is read as YAML (`9000`, `[k1, k2]`, `{tgi_compat: true}`)."""
+    """A text setting keeps the variable's text as is (an API key `0123` stays a string, where
+    YAML would read an octal number); a list or mapping of texts is read as YAML whose scalars
+    all stay text; anything else is read as YAML (`9000`, `{tgi_compat: true}`)."""
     if _is_text(annotation):
         return value
+    all_text = all(_is_text(a) for a in typing.get_args(annotation) if a is not Ellipsis)
+    loader = yaml.BaseLoader if typing.get_args(annotation) and all_text else yaml.SafeLoader
     try:
-        return yaml.safe_load(value) if value else value
+        return yaml.load(value, Loader=loader) if value else value  # noqa: S506 (safe loaders)
     except yaml.YAMLError:
         return value  # validation then reports it, with the variable's name
 
