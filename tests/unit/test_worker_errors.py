@@ -164,3 +164,18 @@ async def test_a_retryable_failure_is_tried_again() -> None:
     """The counts above are real: a worker that is down is tried 1 + `retries` times."""
     _, route = await answer(LEAKY_CONNECT, "/v1/completions", {"model": "demo", "prompt": "Hi"})
     assert route.call_count == 1 + make_config().server.retries
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("path", "body", "message"), CLIENTS, ids=IDS)
+@pytest.mark.parametrize("status", [401, 403])
+async def test_a_worker_refusing_access_answers_in_each_protocols_body(
+        path: str, body: dict[str, Any], message: Any, status: int) -> None:
+    """A worker's own 401/403 (a key the gateway holds is wrong) keeps its message, in the
+    client's error body, tried once; its status too, but on TGI's routes, whose InferError has
+    one status for every refusal (422 validation, tgi_encode.error_parts)."""
+    refusal = httpx.Response(status, json={"error": {"message": "worker key rejected"}})
+    resp, route = await answer(refusal, path, body)
+    assert route.call_count == 1
+    assert resp.status_code == (422 if path == "/generate" else status)
+    assert message(resp.json()).endswith("worker key rejected")
