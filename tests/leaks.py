@@ -23,11 +23,10 @@ def scan(body: bytes) -> list[str]:
     return [name for name, pattern in PATTERNS.items() if pattern.search(body)]
 
 
-def is_error_answer(resp: httpx.Response) -> bool:
+def is_error_answer(status: int, body: bytes) -> bool:
     """A refusal, or a 200 stream that carries an in-band error event."""
-    if resp.status_code >= 400:
+    if status >= 400:
         return True
-    body = resp.content
     return b'"error"' in body or b"event: error" in body or b'"finish_reason": "error"' in body
 
 
@@ -38,7 +37,10 @@ class Collector:
         self.found: list[str] = []
 
     def check(self, request: httpx.Request, resp: httpx.Response) -> None:
-        if resp.is_stream_consumed and is_error_answer(resp):
-            if kinds := scan(resp.content):
-                self.found.append(f"{request.method} {request.url.path} -> {resp.status_code} "
-                                  f"{kinds}: {resp.content[:300]!r}")
+        if resp.is_stream_consumed:
+            self.check_body(request, resp.status_code, resp.content)
+
+    def check_body(self, request: httpx.Request, status: int, body: bytes) -> None:
+        if is_error_answer(status, body) and (kinds := scan(body)):
+            self.found.append(f"{request.method} {request.url.path} -> {status} "
+                              f"{kinds}: {body[:300]!r}")
