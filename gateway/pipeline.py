@@ -122,7 +122,8 @@ class Pipeline:
             elif isinstance(exc, errors.GatewayError):
                 ups.succeeded(url)  # it answered: a 4xx is the request's fault
             if isinstance(exc, errors.GatewayError):
-                note.errors.append(f"{url}: {exc.message}")
+                note.errors.append(f"{url}: {exc.message}"
+                                   + (f" ({exc.detail})" if exc.detail else ""))
             raise
         if not opened.more:  # a stream is judged at its end (a break after the first byte
             ups.succeeded(url)  # counts toward ejection too)
@@ -159,7 +160,7 @@ class Pipeline:
                 if first := dec.feed(data):
                     return Opened(resp, dec, first, True)
         except errors.UpstreamBroken as exc:  # the transport broke before any event
-            raise errors.UpstreamUnavailable(exc.message) from exc
+            raise errors.UpstreamUnavailable(exc.message, detail=exc.detail) from exc
         return Opened(resp, dec, dec.close(), False)
 
     def batches(self, opened: Opened) -> AsyncGenerator[list[ev.Event], None]:
