@@ -5,7 +5,8 @@ Static and DNS-expanded upstreams are probed on their worker protocol's health r
 managed workers are probed by their supervisor. A new upstream is trusted until its first
 probe, one interval after it appears (as Envoy does without `ignore_new_hosts_until_first_hc`),
 so startup waits on nothing; passive ejection covers the gap. For `least_request`, each
-worker's queue gauges (`Backend.load_gauges`) are read from its /metrics on another period.
+worker's queue gauges (`Backend.load_gauges`) are read from its /metrics on another period,
+while the model has more than one upstream to choose from.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ async def probe(client: upstream.UpstreamClient, ups: balancer.Upstreams, path: 
                 timeout: float) -> None:
     """One pass over the static upstreams; a change of verdict is reported."""
     urls = list(ups.static)
-    codes = await asyncio.gather(*(client.probe(u + path, timeout) for u in urls))
+    codes = await asyncio.gather(*(client.probe(u + path, timeout) for u in urls),
+                                 return_exceptions=True)  # a client bug is a failed probe
     for url, code in zip(urls, codes, strict=True):
         ok = code == 200
         was = ups.health.get(url)
@@ -84,14 +86,15 @@ async def watch(route: routing.Route, client: upstream.UpstreamClient,
     loop = asyncio.get_running_loop()
     jitter = random.uniform(0, 0.1 * settings.probe_interval)  # keep gateways out of step
     next_probe = loop.time() + settings.probe_interval + jitter
-    next_scrape = loop.time()
+    next_scrape = loop.time() + settings.load_interval
     while True:
         now = loop.time()
         if now >= next_probe:
             await probe(client, route.upstreams, path, settings.probe_timeout)
             next_probe = now + settings.probe_interval
         if gauges is not None and now >= next_scrape:
-            await scrape(client, route.upstreams, gauges, settings.probe_timeout)
+            if len(route.upstreams.all) > 1:  # with one upstream there is nothing to choose
+                await scrape(client, route.upstreams, gauges, settings.probe_timeout)
             next_scrape = now + settings.load_interval
         due = next_probe if gauges is None else min(next_probe, next_scrape)
         await asyncio.sleep(max(0.0, due - loop.time()))
