@@ -50,6 +50,9 @@ class ModelConfig(_Frozen):
     upstreams: tuple[str, ...] = ()
     upstream_model: str | None = None
     chat_template: str | None = None
+    # A Hugging Face tokenizer.json, or a model directory holding one: token ids for clients
+    # whose format carries them when the worker gives none (gateway/tokenizer.py).
+    tokenizer: str | None = None
     lmi: LmiConfig = LmiConfig()
 
     @field_validator("upstreams")

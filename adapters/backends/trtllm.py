@@ -35,6 +35,14 @@ class TrtllmBackend(openai.OpenAIBackend):
     """trtllm-serve: refuses what it would refuse, with our 400 naming the field."""
 
     SAMPLING: ClassVar[dict[str, str]] = TRTLLM_SAMPLING
+    PER_TOKEN_LOGPROBS = True  # CompletionRequest / ChatCompletionRequest `logprobs`
+
+    def limits(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
+        """`include_stop_str_in_output` is declared (openai_protocol.py); there is no way to
+        ask for "as many tokens as fit", so `max_tokens` is left out and trtllm-serve's own
+        default applies."""
+        if s.keep_stop:
+            body["include_stop_str_in_output"] = True
 
     def check(self, req: canonical.InferenceRequest) -> None:
         super().check(req)

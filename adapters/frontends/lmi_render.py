@@ -62,8 +62,9 @@ def top_tokens(lp: ev.TokenLogprob | None, tid: int, tgi: bool) -> list[dict[str
 
 
 def choice_tokens(c: canonical.Choice) -> list[tuple[int, str, ev.TokenLogprob | None]]:
-    ids, lps = c.token_ids or [], c.logprobs or []
-    return [(ids[i] if i < len(ids) else UNKNOWN_ID, lps[i].token if i < len(lps) else "",
+    ids, lps, texts = c.token_ids or [], c.logprobs or [], c.token_texts or []
+    return [(ids[i] if i < len(ids) else UNKNOWN_ID,
+             lps[i].token if i < len(lps) else (texts[i] if i < len(texts) else ""),
              lps[i] if i < len(lps) else None) for i in range(max(len(ids), len(lps)))]
 
 

@@ -16,20 +16,11 @@ import pytest
 from tests.integration import procs
 from tests.matrix import harness
 
-# The documented refusals. Each is a 4xx in the client's own error form, before any I/O:
-# TGI's /generate_stream and LMI's streamed `inputs` lines carry a token id on every event
-# (TGI lib.rs StreamResponse.token.id; seed 003 token lines), and these workers give none
-# (trtllm-serve and plain OpenAI servers have no `return_token_ids`; Triton's ensemble returns
-# `output_log_probs` without token ids or texts). TGI answers such a stream's refusal as its
-# validation event after HTTP 200 (server.rs generate_stream_internal).
-REFUSED = {
-    ("lmi_inputs", "openai", True): "refused 424",
-    ("lmi_inputs", "trtllm", True): "refused 424",
-    ("lmi_inputs", "triton", True): "refused 424",
-    ("tgi", "openai", True): "refused in-band 422",
-    ("tgi", "trtllm", True): "refused in-band 422",
-    ("tgi", "triton", True): "refused in-band 422",
-}
+# No basic cell is refused: a plain stream asks for text, and the token ids and logprobs that
+# TGI's /generate_stream and LMI's `inputs` lines carry come from the worker, else -1 and null
+# (SPEC.md, "Where the sources disagree"). What a client asks for by name and a worker cannot
+# give is refused: the capability cells (test_capability_cell).
+REFUSED: dict[tuple[str, str, bool], str] = {}
 
 CELLS = [(client, kind, stream)
          for client, (_, _, modes) in harness.CLIENTS.items()
