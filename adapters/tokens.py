@@ -79,48 +79,66 @@ class Vocab:
 
 class Tokenized:
     """A worker's decoder whose text events get token ids from the vocabulary where the
-    worker gave none, and token texts where it gave only ids (vLLM's `token_id:N`)."""
+    worker gave none, and token texts where it gave only ids (vLLM's `token_id:N`).
+
+    Text that comes without per-token detail (a plain OpenAI server, Triton) need not break
+    at token boundaries (a worker holding text back for a stop string sends " ", "spel",
+    "l for"), so each choice's last piece is held until more text, its Finish or the end
+    shows where it ends: the tokenizer splits the held text and what came after it."""
 
     def __init__(self, inner: base.StreamDecoder, vocab: Vocab):
         self._inner = inner
         self._vocab = vocab
+        self._pending: dict[int, str] = {}  # choice -> text not yet sent as tokens
 
     def feed(self, data: bytes) -> list[ev.Event]:
         return self._fill(self._inner.feed(data))
 
     def close(self) -> list[ev.Event]:
-        return self._fill(self._inner.close())
+        out = self._fill(self._inner.close())
+        for choice in sorted(self._pending):
+            out += self._release(choice)
+        return out
 
     def _fill(self, events: list[ev.Event]) -> list[ev.Event]:
-        if not any(isinstance(e, ev.TextDelta) for e in events):
+        if not self._pending and not any(isinstance(e, ev.TextDelta) for e in events):
             return events
         out: list[ev.Event] = []
         for e in events:
             if isinstance(e, ev.TextDelta):
                 out += self.delta(e)
+            elif isinstance(e, ev.Finish):
+                out += self._release(e.choice)
+                out.append(e)
             else:
                 out.append(e)
         return out
 
     def delta(self, e: ev.TextDelta) -> list[ev.TextDelta]:
-        """`e` with ids (and id-only texts) filled in; several events for a multi-token text
-        that came without per-token detail."""
+        """`e` with ids (and id-only texts) filled in; plain text is split into tokens, the
+        last one held back."""
         if e.logprobs is not None:
             self._texts(e.logprobs)
         if e.token_ids is not None:
             return [e]
-        lps = e.logprobs
-        if lps:
+        if e.logprobs:  # the worker's own token boundaries
             e.token_ids = [lp.id if lp.id is not None else self._vocab.id_of(lp.token)
-                           for lp in lps]
+                           for lp in e.logprobs]
             return [e]
         if not e.text:
             return [e]
-        pieces = self._vocab.split(e.text)
-        if len(pieces) <= 1:
-            e.token_ids = [pieces[0][0] if pieces else UNKNOWN_ID]
-            return [e]
-        return [ev.TextDelta(e.choice, text, [tid]) for tid, text in pieces]
+        pieces = self._vocab.split(self._pending.pop(e.choice, "") + e.text)
+        if not pieces:
+            return []
+        self._pending[e.choice] = pieces[-1][1]
+        return [ev.TextDelta(e.choice, text, [tid]) for tid, text in pieces[:-1]]
+
+    def _release(self, choice: int) -> list[ev.Event]:
+        text = self._pending.pop(choice, "")
+        if not text:
+            return []
+        pieces = self._vocab.split(text) or [(UNKNOWN_ID, text)]
+        return [ev.TextDelta(choice, t, [tid]) for tid, t in pieces]
 
     def _texts(self, lps: list[ev.TokenLogprob]) -> None:
         """Texts of tokens the worker named by id only (an empty text with a known id)."""
