@@ -61,12 +61,13 @@ class Router:
         self._by_name: dict[str, Route] = {}
         for i, m in enumerate(cfg.models):
             vocab = tokenizer.for_model(m, i, cfg.workers)
-            options = {"name": m.name, "lmi": m.lmi.model_dump(),
-                       "chat_template": chat_template_text(m.chat_template, i),
-                       "elastic": cfg.elastic.model_dump(),
-                       # the worker may name tokens by id (vLLM return_tokens_as_token_ids)
-                       "tokenizer": vocab is not None,
-                       "special_token_ids": vocab.special if vocab else frozenset()}
+            options: dict[str, Any] = {
+                "name": m.name, "chat_template": chat_template_text(m.chat_template, i),
+                **{k: v.model_dump() for k, v in m.protocol_options().items()},
+                **{k: v.model_dump() for k, v in cfg.protocol_options().items()},
+                # the worker may name tokens by id (vLLM return_tokens_as_token_ids)
+                "tokenizer": vocab is not None,
+                "special_token_ids": vocab.special if vocab else frozenset()}
             route = Route(m, registry.backend(m.backend), balancer.Upstreams(m.upstreams),
                           options, vocab)
             self.routes[m.name] = route

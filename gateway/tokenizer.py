@@ -13,12 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from adapters import tokens
+from adapters import registry, tokens
 from gateway import config
 
 FILE = "tokenizer.json"
-# Worker kinds that load their model from `upstream_model` (a Hub id or a local directory).
-_MODEL_DIR_KINDS = ("vllm", "trtllm")
 
 
 def tokenizer_file(value: str) -> Path:
@@ -41,12 +39,14 @@ def load(path: Path, where: str) -> tokens.Vocab:
 
 def for_model(m: config.ModelConfig, index: int,
               workers: Iterable[config.WorkerConfig]) -> tokens.Vocab | None:
-    """The model's vocabulary: its `tokenizer`, else a managed vLLM / TensorRT-LLM worker's
-    local model directory's tokenizer.json, else None (ids are then -1, "unknown")."""
+    """The model's vocabulary: its `tokenizer`, else the tokenizer.json of the local model
+    directory a managed worker serves it from (vLLM, TensorRT-LLM: WorkerKind.model_dir),
+    else None (ids are then -1, "unknown")."""
     if m.tokenizer:
         return load(tokenizer_file(m.tokenizer), f"models[{index}].tokenizer")
     names = {m.name, *m.aliases}
-    if any(w.kind in _MODEL_DIR_KINDS and w.model in names for w in workers):
+    kinds = registry.WORKER_KINDS
+    if any(w.kind in kinds and kinds[w.kind].model_dir and w.model in names for w in workers):
         candidate = Path(m.upstream_model or m.name).expanduser() / FILE
         if candidate.is_file():
             return load(candidate, f"models[{index}].upstream_model")
