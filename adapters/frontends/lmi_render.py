@@ -38,7 +38,8 @@ VLLM_FINISH: dict[str, str] = {
 CHAT_ID = "chatcmpl-"
 COMPLETION_ID = "cmpl-"
 # DJL's stand-in token (rolling_batch_vllm_utils.py: `Token(id=-1, text="")` when a step has no
-# token) and the id written where a worker reported none (vLLM gives no ids for top logprobs).
+# token) and the id written where neither the worker nor the model's tokenizer gave one:
+# "unknown" (SPEC.md; adapters/tokens.py).
 UNKNOWN_ID = -1
 
 

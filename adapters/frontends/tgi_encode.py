@@ -30,8 +30,9 @@ FINISH: dict[str, str] = {
     "abort": "eos_token", "error": "eos_token",
 }
 
-# A token whose id the worker did not report (vLLM gives no ids for top logprobs). TGI ids are
-# u32, so -1 never collides with a real id; clients read it as an int (text_generation Token.id).
+# "Unknown": a token whose id neither the worker nor the model's tokenizer gave (SPEC.md;
+# adapters/tokens.py). TGI ids are u32, so -1 never collides with a real id; clients read it as
+# an int (text_generation Token.id).
 UNKNOWN_ID = -1
 
 _F32 = struct.Struct("<f")

@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import hypothesis
 import orjson
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from adapters import base, registry, tokens
@@ -132,3 +135,22 @@ class _Canned:
 
     def close(self) -> list[ev.Event]:
         return []
+
+
+@hypothesis.settings(max_examples=60, deadline=None,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(0, 4000), max_size=8))
+def test_any_chunking_gives_the_same_tokens(cuts: list[int], vocabulary: tokens.Vocab) -> None:
+    """The held-back piece makes token ids independent of where the worker's reads fall."""
+    case = runner.ROOT / "token_streams" / "tgi_stream_openai_tokenizer"
+    spec = orjson.loads((case / "request.json").read_bytes())
+    req = frontend(spec["path"]).parse(orjson.dumps(spec["body"]), base.RequestContext())
+    body = (case / "worker.txt").read_bytes()
+    points = sorted({min(c, len(body)) for c in cuts})
+
+    def decode(parts: list[bytes]) -> list[ev.Event]:
+        dec = tokens.Tokenized(registry.backend("openai").decoder(req, True), vocabulary)
+        return [e for p in parts for e in dec.feed(p)] + dec.close()
+
+    parts = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
+    assert decode(parts) == decode([body])
