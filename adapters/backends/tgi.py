@@ -291,11 +291,10 @@ class TgiBackend:
         if req.is_chat:
             return tgi_decode.TgiChatDecoder(streaming, req.sampling.stop, keep)
         echo = str(req.prompts[0]) if req.echo and req.prompts else None
+        logprobs = req.logprobs or req.per_token  # TGI gives every token's id and logprob
         if streaming:
-            return tgi_decode.TgiStreamDecoder(req.sampling.stop, keep,
-                                               req.logprobs or req.per_token, echo)
-        return tgi_decode.TgiWholeDecoder(req.sampling.stop, keep, req.logprobs or req.per_token,
-                                          echo,
+            return tgi_decode.TgiStreamDecoder(req.sampling.stop, keep, logprobs, echo)
+        return tgi_decode.TgiWholeDecoder(req.sampling.stop, keep, logprobs, echo,
                                           req.sampling.n)
 
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
