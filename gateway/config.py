@@ -91,6 +91,9 @@ class ModelFields(_Frozen):
     upstreams: tuple[BaseUrl, ...] = ()
     upstream_model: str | None = None
     chat_template: str | None = None
+    # A Hugging Face tokenizer.json, or a model directory holding one: token ids for clients
+    # whose format carries them when the worker gives none (gateway/tokenizer.py).
+    tokenizer: str | None = None
 
     @field_validator("backend")
     @classmethod

@@ -104,7 +104,7 @@ class Pipeline:
                      resp: upstream.UpstreamResponse, streaming: bool) -> Opened:
         if resp.status >= 400:
             raise route.backend.parse_error(resp.status, await resp.read())
-        dec = route.backend.decoder(req, streaming)
+        dec = route.decoder(req, streaming)
         if not streaming:
             dec.feed(await resp.read())
             return Opened(resp, dec, dec.close(), False)
