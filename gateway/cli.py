@@ -67,7 +67,7 @@ def check_config(path: str) -> int:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway import app, config, observability
+    from gateway import app, config, observability, tracing
 
     try:
         cfg = config.load_config(args.config, os.environ)
@@ -82,19 +82,21 @@ def serve(args: argparse.Namespace) -> int:
     # Fewer young-generation collections: a request allocates many short-lived containers
     # (the benchmark's profile showed the collector at 5% of the gateway's CPU).
     gc.set_threshold(20_000, 20, 20)
-    observability.logger().info("serving", host=server.host, port=server.port,
-                                models=[m.name for m in cfg.models], version=version.version())
-    try:
-        application = app.build_app(cfg)  # reads chat_template files: may find more errors
+    log = observability.logger()
+    log.info("start", host=server.host, port=server.port, models=[m.name for m in cfg.models],
+             version=version.version())
+    try:  # build_app reads chat_template files: it may find more errors
+        application = app.build_app(cfg, traces=tracing.from_env(server.tracing, os.environ))
     except config.ConfigError as exc:
         for problem in exc.problems:
             print(f"{args.config or 'config'}: {problem}", file=sys.stderr)
         return 1
-    uvicorn.run(
+    # log_config=None: uvicorn's loggers keep the JSON handler observability.configure set.
+    observability.Server(uvicorn.Config(
         application, host=server.host, port=server.port, loop="uvloop",
-        http="httptools", lifespan="on", log_level="warning", access_log=False,
+        http="httptools", lifespan="on", log_level="info", log_config=None, access_log=False,
         timeout_graceful_shutdown=round(server.drain_seconds),
-    )
+    )).run()
     return 0
 
 
