@@ -94,7 +94,8 @@ def serve(args: argparse.Namespace) -> int:
     # log_config=None: uvicorn's loggers keep the JSON handler observability.configure set.
     observability.Server(uvicorn.Config(
         application, host=server.host, port=server.port, loop="uvloop",
-        http="httptools", lifespan="on", log_level="info", log_config=None, access_log=False,
+        http="httptools", lifespan="on", log_level=args.log_level, log_config=None,
+        access_log=False,
         timeout_graceful_shutdown=round(server.drain_seconds),
     )).run()
     return 0

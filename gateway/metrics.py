@@ -10,11 +10,15 @@ Labels are bounded by the configuration, never by what a client sends: models ar
 names (anything else is `unknown`), routes are templates (`/predictions/{model}`), status is
 a class (`4xx`), errors are exception class names. Everything is recorded once per request or
 per upstream attempt, never per streamed chunk.
+
+For prometheus_client's multiprocess mode (`server.workers: N`): the gauges want a
+`multiprocess_mode` (in flight: `livesum`; upstream health: `max`), and the process
+collectors are per process there.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import prometheus_client as prom
 
@@ -83,6 +87,17 @@ UPSTREAM_HEALTHY = prom.Gauge("gateway_upstream_healthy",
 
 _ejected: set[tuple[str, str]] = set()
 _listed: set[tuple[str, str]] = set()
+_children: dict[tuple[object, tuple[str, ...]], Any] = {}
+
+
+def child(metric: Any, *labels: str) -> Any:
+    """`metric.labels(*labels)`, remembered: the label sets are bounded, and labels() checks
+    and converts its arguments on every call (the most of a request's metrics cost)."""
+    key = (metric, labels)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*labels)
+    return found
 
 
 def status_class(status: int) -> str:
@@ -90,17 +105,17 @@ def status_class(status: int) -> str:
 
 
 def attempt(model: str, upstream: str, error_type: str = "") -> None:
-    ATTEMPTS.labels(model, upstream, error_type).inc()
+    child(ATTEMPTS, model, upstream, error_type).inc()
 
 
 def retry(model: str, upstream: str) -> None:
     """An attempt on `upstream` after an earlier attempt of the same request failed."""
-    RETRIES.labels(model, upstream).inc()
+    child(RETRIES, model, upstream).inc()
 
 
 def failover(model: str, upstream: str) -> None:
     """A stream that broke mid-way is continued on `upstream` (routing calls this)."""
-    FAILOVERS.labels(model, upstream).inc()
+    child(FAILOVERS, model, upstream).inc()
 
 
 def ejected(model: str, upstream: str) -> None:

@@ -95,10 +95,10 @@ class ProtocolEndpoint:
         s = self.services
         req = self.frontend.parse(body, ctx)
         route = s.router.resolve(req.model)
-        route.backend.check(req)
         x.model, x.stream = route.name, req.stream
         if x.watch is not None:
             x.watch.route(route, req)
+        route.backend.check(req)
         meta = base.ResponseMeta(new_id(), int(time.time()), req.model or route.name,
                                  x.request_id, route.options)
         x.response_id = meta.id

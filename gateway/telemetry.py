@@ -8,6 +8,7 @@ byte is sent. Nothing here runs per streamed chunk.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,13 @@ def error_type(exc: BaseException) -> str:
     return "internal"
 
 
+@functools.lru_cache(maxsize=4096)
+def address(url: str) -> tuple[str, int]:
+    """`server.address` and `server.port` of an upstream base URL."""
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+
+
 def operation(req: canonical.InferenceRequest) -> str:
     """`gen_ai.operation.name`: `chat` for messages, `text_completion` for raw prompts."""
     return "chat" if req.messages is not None else "text_completion"
@@ -49,11 +57,12 @@ class Watch:
     """What one request's telemetry needs between its arrival and its last byte."""
 
     __slots__ = ("_attempt_span", "_attempt_started", "_attempt_url", "_span", "_tracer",
-                 "attempts", "client_trace", "model", "operation", "provider", "routed")
+                 "_upstream_model", "attempts", "client_trace", "model", "operation", "provider",
+                 "routed")
 
     def __init__(self, tracing_: tracing.Tracing | None, headers: Mapping[str, str], route: str):
         self.client_trace = {k: headers[k] for k in TRACE_HEADERS if k in headers}
-        self.model = metrics.UNKNOWN_MODEL
+        self.model = self._upstream_model = metrics.UNKNOWN_MODEL
         self.provider = ""
         self.operation = ""
         self.routed = False
@@ -71,9 +80,10 @@ class Watch:
     def route(self, route: Route, req: canonical.InferenceRequest) -> None:
         """The request is parsed and its model resolved: it counts as in flight from now."""
         self.model, self.provider = route.name, route.config.backend
+        self._upstream_model = route.upstream_model
         self.operation = operation(req)
         self.routed = True
-        metrics.IN_FLIGHT.labels(self.model).inc()
+        metrics.child(metrics.IN_FLIGHT, self.model).inc()
         if self._span is not None:
             self._span.update_name(f"{self.operation} {self.model}")
             self._span.set_attributes(request_attributes(self, req))
@@ -87,13 +97,14 @@ class Watch:
         self._attempt_started = time.perf_counter()
         if self._span is None:
             return dict(self.client_trace)
-        parts = urlsplit(url)
-        self._attempt_span = self._tracer.start_span(
-            f"{self.operation} {self.model}", context=otel.set_span_in_context(self._span),
-            kind=otel.SpanKind.CLIENT, attributes={
-                "gen_ai.operation.name": self.operation, "gen_ai.request.model": self.model,
-                "gen_ai.provider.name": self.provider, "server.address": parts.hostname or "",
-                "server.port": parts.port or (443 if parts.scheme == "https" else 80),
+        host, port = address(url)
+        self._attempt_span = self._tracer.start_span(  # named for the model the worker serves
+            f"{self.operation} {self._upstream_model}",
+            context=otel.set_span_in_context(self._span), kind=otel.SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": self.operation,
+                "gen_ai.request.model": self._upstream_model,
+                "gen_ai.provider.name": self.provider, "server.address": host, "server.port": port,
                 "url.full": url})
         carrier: dict[str, str] = {}
         _W3C.inject(carrier, context=otel.set_span_in_context(self._attempt_span))
@@ -109,11 +120,10 @@ class Watch:
         url, self._attempt_url = self._attempt_url, None
         if url is None:
             return
-        parts = urlsplit(url)
+        host, port = address(url)
         metrics.attempt(self.model, url, etype)
-        metrics.OPERATION_DURATION.labels(
-            self.operation, self.model, self.provider, parts.hostname or "",
-            str(parts.port or ""), etype).observe(time.perf_counter() - self._attempt_started)
+        metrics.child(metrics.OPERATION_DURATION, self.operation, self.model, self.provider, host,
+                      str(port), etype).observe(time.perf_counter() - self._attempt_started)
         if self._attempt_span is not None:
             _end_span(self._attempt_span, etype, etype != "")
             self._attempt_span = None
@@ -123,7 +133,7 @@ class Watch:
         etype = x.error_type
         self._close_attempt(etype)
         if self.routed:
-            metrics.IN_FLIGHT.labels(self.model).dec()
+            metrics.child(metrics.IN_FLIGHT, self.model).dec()
         record(self, x, ended)
         if self._span is not None:
             self._span.set_attributes(response_attributes(x, ended))
@@ -134,16 +144,17 @@ class Watch:
 def record(w: Watch, x: Exchange, ended: float) -> None:
     """The request's metrics (semantic conventions: TTFT and TPOT of successful streams)."""
     genai = (w.operation, w.model, w.provider)
-    metrics.REQUEST_DURATION.labels(*genai, x.route, metrics.status_class(x.status),
-                                    x.error_type).observe(ended - x.started)
+    child = metrics.child
+    child(metrics.REQUEST_DURATION, *genai, x.route, metrics.status_class(x.status),
+          x.error_type).observe(ended - x.started)
     if x.usage is not None:
-        metrics.TOKEN_USAGE.labels(*genai, "input").observe(x.usage.prompt_tokens)
-        metrics.TOKEN_USAGE.labels(*genai, "output").observe(x.usage.completion_tokens)
+        child(metrics.TOKEN_USAGE, *genai, "input").observe(x.usage.prompt_tokens)
+        child(metrics.TOKEN_USAGE, *genai, "output").observe(x.usage.completion_tokens)
     if not x.stream or x.first_event_at is None or x.error_type:
         return
-    metrics.TIME_TO_FIRST_TOKEN.labels(*genai).observe(x.first_event_at - x.started)
+    child(metrics.TIME_TO_FIRST_TOKEN, *genai).observe(x.first_event_at - x.started)
     if x.usage is not None and x.usage.completion_tokens > 1:
-        metrics.TIME_PER_OUTPUT_TOKEN.labels(*genai).observe(
+        child(metrics.TIME_PER_OUTPUT_TOKEN, *genai).observe(
             (ended - x.first_event_at) / (x.usage.completion_tokens - 1))
 
 
