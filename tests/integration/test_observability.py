@@ -82,6 +82,9 @@ default_model: demo
 models:
   - {{name: demo, backend: vllm, upstreams: ["http://127.0.0.1:{worker.server_port}"]}}
   - {{name: dead, backend: vllm, upstreams: ["http://127.0.0.1:{procs.free_port()}"]}}
+  - {{name: sim, backend: vllm}}
+workers:
+  - {{kind: simulator, model: sim}}
 """
     try:
         proc, url = procs.gateway(tmp, config)
@@ -131,6 +134,9 @@ def test_every_line_is_json_with_lifecycle_events(run: Run) -> None:
     assert any("Invalid HTTP request" in r["event"] and r["level"] == "warning"
                for r in uvicorn), uvicorn
     assert any("Application startup complete" in r["event"] for r in uvicorn)
+    # The supervisor's lines about its managed worker (whose output, if any, is wrapped too).
+    assert {"worker_started", "worker_healthy"} <= {
+        r["event"] for r in records if r.get("worker") == "simulator"}
 
 
 def test_request_lines_are_levelled_by_outcome(run: Run) -> None:
@@ -180,4 +186,4 @@ def test_the_hpa_metric_is_exported_per_model(run: Run) -> None:
     gauge = families["gateway_requests_in_flight"]
     assert gauge.type == "gauge"
     assert {s.labels["gen_ai_request_model"]: s.value for s in gauge.samples} == {
-        "demo": 0.0, "dead": 0.0}
+        "demo": 0.0, "dead": 0.0, "sim": 0.0}
