@@ -49,7 +49,8 @@ def from_env(mode: str, environ: Mapping[str, str]) -> Tracing | None:
     exporter_name = environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
     exporter: Any
     if exporter_name == "console":
-        exporter = export.ConsoleSpanExporter()
+        # One JSON line per span (the SDK's default indents), like every other output line.
+        exporter = export.ConsoleSpanExporter(formatter=lambda span: span.to_json(None) + "\n")
     else:
         if exporter_name != "otlp":
             observability.logger().warning("tracing_exporter_unknown", exporter=exporter_name,
