@@ -4,6 +4,7 @@ client span per upstream attempt, checked with the SDK's in-memory span exporter
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from typing import Any
@@ -152,6 +153,17 @@ def test_the_otlp_exporter_comes_from_the_environment() -> None:
         assert type(processors[0].span_exporter).__name__ == "OTLPSpanExporter"
     finally:
         traces.shutdown()
+
+
+def test_the_console_exporter_writes_one_json_line_per_span(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    traces = tracing.from_env("auto", {"OTEL_TRACES_EXPORTER": "console"})
+    assert traces is not None
+    traces.tracer.start_span("chat demo").end()
+    traces.shutdown()
+    # (structlog, unconfigured in tests, prints its own lines to stdout too)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("{")]
+    assert [json.loads(line)["name"] for line in lines] == ["chat demo"]
 
 
 def test_the_gateway_serves_without_opentelemetry_installed() -> None:
