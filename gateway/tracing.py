@@ -12,6 +12,7 @@ Whether or not it is enabled, a client's W3C `traceparent` / `tracestate` reach 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,8 @@ def from_env(mode: str, environ: Mapping[str, str]) -> Tracing | None:
     exporter: Any
     if exporter_name == "console":
         # One JSON line per span (the SDK's default indents), like every other output line.
-        exporter = export.ConsoleSpanExporter(formatter=lambda span: span.to_json(None) + "\n")
+        exporter = export.ConsoleSpanExporter(
+            out=sys.stdout, formatter=lambda span: span.to_json(None) + "\n")
     else:
         if exporter_name != "otlp":
             observability.logger().warning("tracing_exporter_unknown", exporter=exporter_name,

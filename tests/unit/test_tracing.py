@@ -156,13 +156,13 @@ def test_the_otlp_exporter_comes_from_the_environment() -> None:
 
 
 def test_the_console_exporter_writes_one_json_line_per_span(
-        capfd: pytest.CaptureFixture[str]) -> None:
+        capsys: pytest.CaptureFixture[str]) -> None:
     traces = tracing.from_env("auto", {"OTEL_TRACES_EXPORTER": "console"})
     assert traces is not None
     traces.tracer.start_span("chat demo").end()
     traces.shutdown()
     # (structlog, unconfigured in tests, prints its own lines to stdout too)
-    lines = [ln for ln in capfd.readouterr().out.splitlines() if ln.startswith("{")]
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("{")]
     assert [json.loads(line)["name"] for line in lines] == ["chat demo"]
 
 
