@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,6 +31,7 @@ DASHBOARD = (procs.ROOT / "deploy" / "k8s" / "components" / "monitoring"
              / "gateway-dashboard.json")
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 MSG = [{"role": "user", "content": "Hi"}]
+IN_FLIGHT_SIM = 'gateway_requests_in_flight{gen_ai_request_model="sim"} 1.0'
 # Labels Prometheus adds at scrape time (target labels), not the gateway.
 TARGET_LABELS = {"job", "instance", "pod", "namespace", "service", "container", "endpoint"}
 
@@ -110,6 +112,14 @@ def traffic(url: str) -> dict[str, int]:
         out["whole"] = client.post(chat, json={"model": "demo", "messages": MSG}).status_code
         out["unknown"] = client.post(chat, json={"model": "nope", "messages": MSG}).status_code
         out["dead"] = client.post(chat, json={"model": "dead", "messages": MSG}).status_code
+        slow = [{"role": "user", "content": "slow [[sim itl_ms=200]]"}]
+        with client.stream("POST", chat, json={"model": "sim", "messages": slow, "stream": True,
+                                               "max_tokens": 50}) as resp:
+            out["gone"] = resp.status_code
+            next(resp.iter_lines())  # the first chunk, then the client hangs up
+        deadline = time.monotonic() + 10  # until the gateway has seen the disconnect
+        while time.monotonic() < deadline and IN_FLIGHT_SIM in client.get("/metrics").text:
+            time.sleep(0.05)
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as raw:  # uvicorn logs this
         raw.sendall(b"NOT HTTP AT ALL\r\n\r\n")
@@ -140,9 +150,10 @@ def test_every_line_is_json_with_lifecycle_events(run: Run) -> None:
 
 
 def test_request_lines_are_levelled_by_outcome(run: Run) -> None:
-    assert run.statuses == {"stream": 200, "whole": 200, "unknown": 404, "dead": 503}
+    assert run.statuses == {"stream": 200, "whole": 200, "unknown": 404, "dead": 503,
+                            "gone": 200}
     requests = [json.loads(line) for line in run.lines if '"event":"request"' in line]
-    by_status = {(r["status"], r["level"]) for r in requests}
+    by_status = {(r["status"], r["level"]) for r in requests if r["model"] != "sim"}
     assert by_status == {(200, "info"), (404, "info"), (503, "warning")}
     dead = next(r for r in requests if r["status"] == 503)
     assert dead["error_type"] == "UpstreamUnavailable" and len(dead["upstream_errors"]) == 3
@@ -187,3 +198,16 @@ def test_the_hpa_metric_is_exported_per_model(run: Run) -> None:
     assert gauge.type == "gauge"
     assert {s.labels["gen_ai_request_model"]: s.value for s in gauge.samples} == {
         "demo": 0.0, "dead": 0.0, "sim": 0.0}
+
+
+def test_a_client_gone_mid_stream_is_counted_and_leaves_flight(run: Run) -> None:
+    gone = [s for fam in parser.text_string_to_metric_families(run.scrape) for s in fam.samples
+            if s.labels.get("gen_ai_request_model") == "sim"]
+    closed = [s for s in gone if s.name == "gen_ai_server_request_duration_seconds_count"
+              and s.labels["error_type"] == "client_closed"]
+    assert [s.value for s in closed] == [1.0]
+    assert closed[0].labels["http_status_class"] == "2xx"  # the head was out already
+    assert [s.value for s in gone if s.name == "gateway_requests_in_flight"] == [0.0]
+    # its upstream attempt ended with it, tagged the same way
+    assert any(s.name == "gen_ai_client_operation_duration_seconds_count"
+               and s.labels["error_type"] == "client_closed" for s in gone)
