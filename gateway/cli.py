@@ -52,16 +52,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def check_config(path: str) -> int:
+    """Every problem of the file in one run, each as `FILE: location: message` (the file
+    named once); warnings (stray GATEWAY_* variables, models nothing serves) do not fail it."""
     from gateway import config, routing
 
+    warnings: list[str] = []
     try:
-        routing.Router(config.load_config(path, os.environ))  # also reads chat_template files
+        cfg = config.load_config(path, os.environ, warnings)
+        routing.Router(cfg)  # also reads chat_template files
     except config.ConfigError as exc:
-        for problem in exc.problems:
-            print(f"{path}: {problem}", file=sys.stderr)
+        _report(path, exc.problems, warnings)
         return 1
+    _report(path, [], warnings)
     print(f"{path}: ok")
     return 0
+
+
+def _log_report(path: str, problems: list[str], warnings: list[str]) -> None:
+    """`serve`'s form of `_report`: JSON log events, like every other line it writes."""
+    from gateway import observability
+
+    log = observability.logger()
+    for text in warnings:
+        log.warning("config_warning", file=path, message=text)
+    for text in problems:
+        log.error("config_error", file=path, message=text)
+
+
+def _report(path: str, problems: list[str], warnings: list[str]) -> None:
+    for text in warnings:
+        print(f"{path}: warning: {text}", file=sys.stderr)
+    for text in problems:
+        print(f"{path}: {text}", file=sys.stderr)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -69,27 +91,28 @@ def serve(args: argparse.Namespace) -> int:
 
     from gateway import app, config, observability, tracing
 
+    observability.configure(args.log_level)  # from here on, every line on stderr is JSON
+    log = observability.logger()
+    source = args.config or "config"
+    warnings: list[str] = []
     try:
-        cfg = config.load_config(args.config, os.environ)
+        cfg = config.load_config(args.config, os.environ, warnings)
     except config.ConfigError as exc:
-        for problem in exc.problems:
-            print(f"{args.config or 'config'}: {problem}", file=sys.stderr)
+        _log_report(source, exc.problems, warnings)
         return 1
+    _log_report(source, [], warnings)
     server = cfg.server.model_copy(update={
         k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None})
     cfg = cfg.model_copy(update={"server": server})
-    observability.configure(args.log_level)
     # Fewer young-generation collections: a request allocates many short-lived containers
     # (the benchmark's profile showed the collector at 5% of the gateway's CPU).
     gc.set_threshold(20_000, 20, 20)
-    log = observability.logger()
     log.info("start", host=server.host, port=server.port, models=[m.name for m in cfg.models],
              version=version.version())
     try:  # build_app reads chat_template files: it may find more errors
         application = app.build_app(cfg, traces=tracing.from_env(server.tracing, os.environ))
     except config.ConfigError as exc:
-        for problem in exc.problems:
-            print(f"{args.config or 'config'}: {problem}", file=sys.stderr)
+        _log_report(source, exc.problems, [])
         return 1
     # log_config=None: uvicorn's loggers keep the JSON handler observability.configure set.
     observability.Server(uvicorn.Config(

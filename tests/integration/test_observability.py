@@ -89,7 +89,8 @@ workers:
   - {{kind: simulator, model: sim}}
 """
     try:
-        proc, url = procs.gateway(tmp, config)
+        # a Kubernetes service link: the config warning it causes must be JSON too
+        proc, url = procs.gateway(tmp, config, env={"GATEWAY_SERVICE_HOST": "10.0.0.1"})
         try:
             statuses = traffic(url)
             scrape = httpx.get(url + "/metrics", timeout=5).text
@@ -138,6 +139,8 @@ def test_every_line_is_json_with_lifecycle_events(run: Run) -> None:
     events = [r["event"] for r in records]
     order = [events.index(e) for e in ("start", "ready", "drain", "stop")]
     assert order == sorted(order), events
+    warned = records[events.index("config_warning")]
+    assert warned["level"] == "warning" and "GATEWAY_SERVICE_HOST" in warned["message"]
     drain = records[events.index("drain")]
     assert drain["signal"] == "SIGTERM" and drain["drain_seconds"] == 2
     uvicorn = [r for r in records if r.get("logger", "").startswith("uvicorn")]
