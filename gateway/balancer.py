@@ -68,7 +68,7 @@ class Upstreams:
 
     def __init__(self, static: tuple[str, ...] = (), policy: Policy = "round_robin",
                  health: config.HealthConfig | None = None,
-                 clock: affinity.Clock = time.monotonic):
+                 clock: affinity.Clock = time.monotonic, model: str = ""):
         self._static = list(static)
         self._resolved: dict[str, list[str]] = {}
         self._managed: list[str] = []
@@ -80,6 +80,7 @@ class Upstreams:
         self.health: dict[str, Health] = {}
         self.ring = affinity.Ring()
         self.clock = clock
+        self.model = model  # for the events it reports (gateway.hooks)
         self._rebuild()
 
     @property
@@ -130,6 +131,12 @@ class Upstreams:
         now = self.clock()
         return [u for u in self._all if self.health[u].available(now)]
 
+    def in_rotation(self) -> list[str]:
+        """Upstreams neither ejected (half-open ones included) nor failing their probe: what
+        /health, readiness and the health gauge count."""
+        return [u for u in self._all
+                if self.health[u].probe_ok and not self.health[u].ejected_until]
+
     def order(self, key: str | None = None) -> list[str]:
         """Every available upstream once, the policy's choice first: attempt 1 there, retries
         after. `key` is the prompt's leading text, used by `prefix` only."""
@@ -174,6 +181,8 @@ class Upstreams:
     def succeeded(self, url: str) -> None:
         h = self.health.get(url)
         if h is not None:
+            if h.ejected_until:
+                hooks.restored(self.model, url)
             h.failures, h.ejected_until, h.backoff, h.trial = 0, 0.0, 0.0, False
 
     def failed(self, url: str) -> bool:
@@ -191,12 +200,14 @@ class Upstreams:
             return False
         h.trial = False
         h.ejected_until = self.clock() + h.backoff
-        hooks.ejected(url, h.backoff)
+        hooks.ejected(self.model, url, h.backoff)
         return True
 
     def probed(self, url: str, ok: bool) -> None:
         h = self.health.get(url)
         if h is not None:
+            if h.probe_ok != ok:
+                hooks.probe_changed(self.model, url, ok)
             h.probe_ok = ok
 
     def loaded(self, url: str, queued: float) -> None:

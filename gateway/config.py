@@ -83,6 +83,9 @@ class ServerConfig(_Frozen):
     drain_seconds: float = Field(30, ge=0)  # SIGTERM: time given to in-flight streams
     failover_attempts: int = Field(1, ge=0, le=10)  # continuations of a stream cut mid-way
     health: HealthConfig = HealthConfig()
+    # OpenTelemetry spans (the `otel` extra): auto = when OTEL_TRACES_EXPORTER or an
+    # OTEL_EXPORTER_OTLP_*ENDPOINT variable asks for an exporter (gateway/tracing.py).
+    tracing: Literal["auto", "on", "off"] = "auto"
 
 
 def _one_of(value: str, names: Mapping[str, object]) -> str:
@@ -105,6 +108,9 @@ class ModelFields(_Frozen):
     upstream_model: str | None = None
     routing: Literal["least_request", "round_robin", "prefix"] = "least_request"
     chat_template: str | None = None
+    # A Hugging Face tokenizer.json, or a model directory holding one: token ids for clients
+    # whose format carries them when the worker gives none (gateway/tokenizer.py).
+    tokenizer: str | None = None
 
     @field_validator("backend")
     @classmethod

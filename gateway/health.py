@@ -16,7 +16,7 @@ import random
 from collections.abc import Iterable
 
 from adapters import base
-from gateway import balancer, config, hooks, routing, upstream
+from gateway import balancer, config, routing, upstream
 
 
 async def probe(client: upstream.UpstreamClient, ups: balancer.Upstreams, path: str,
@@ -26,11 +26,7 @@ async def probe(client: upstream.UpstreamClient, ups: balancer.Upstreams, path: 
     codes = await asyncio.gather(*(client.probe(u + path, timeout) for u in urls),
                                  return_exceptions=True)  # a client bug is a failed probe
     for url, code in zip(urls, codes, strict=True):
-        ok = code == 200
-        was = ups.health.get(url)
-        if was is not None and was.probe_ok != ok:
-            hooks.probe_changed(url, ok)
-        ups.probed(url, ok)
+        ups.probed(url, code == 200)
 
 
 def gauge_sum(text: str, names: Iterable[str]) -> float | None:

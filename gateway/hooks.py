@@ -1,26 +1,34 @@
-"""Routing events (ejection, recovery, failover) as small functions, one place to count them.
-
-Logged here; metrics record them through these same calls, so the routing code never names a
-metric.
-"""
+"""Routing events (ejection, recovery, failover) as small functions: logged here and counted
+by gateway.metrics, so the routing code names no metric."""
 
 from __future__ import annotations
 
-from gateway import observability
+from gateway import metrics, observability
 
 
-def ejected(url: str, backoff: float) -> None:
+def ejected(model: str, url: str, backoff: float) -> None:
     """An upstream left rotation after failing in a row (or failing its half-open trial)."""
-    observability.logger().warning("upstream_ejected", upstream=url, backoff_s=round(backoff, 3))
+    metrics.ejected(model, url)
+    observability.logger().warning("upstream_ejected", model=model, upstream=url,
+                                   backoff_s=round(backoff, 3))
 
 
-def probe_changed(url: str, ok: bool) -> None:
+def restored(model: str, url: str) -> None:
+    """An ejected upstream passed its half-open trial and is back in rotation."""
+    metrics.restored(model, url)
+    observability.logger().info("upstream_restored", model=model, upstream=url)
+
+
+def probe_changed(model: str, url: str, ok: bool) -> None:
     """An active probe found an upstream up or down (only changes are reported)."""
+    (metrics.restored if ok else metrics.ejected)(model, url)
     log = observability.logger()
-    (log.info if ok else log.warning)("upstream_probe", upstream=url, healthy=ok)
+    (log.info if ok else log.warning)("upstream_probe", model=model, upstream=url, healthy=ok)
 
 
-def failover(model: str, url: str, ok: bool, tokens_so_far: int) -> None:
-    """A stream cut after its first byte was (ok) or could not be continued elsewhere."""
-    observability.logger().warning("stream_failover", model=model, upstream=url,
-                                   continued=ok, tokens_so_far=tokens_so_far)
+def failover(model: str, failed: str, to: str | None, tokens_so_far: int) -> None:
+    """A stream cut after its first byte was continued on `to` (None: it could not be)."""
+    if to is not None:
+        metrics.failover(model, to)
+    observability.logger().warning("stream_failover", model=model, upstream=failed,
+                                   continued=to is not None, to=to, tokens_so_far=tokens_so_far)

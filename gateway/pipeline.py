@@ -18,6 +18,7 @@ import asyncio
 import random
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import tenacity
 
@@ -25,6 +26,18 @@ from adapters import base
 from gateway import affinity, balancer, config, hooks, routing, upstream
 from schemas import canonical, errors
 from schemas import events as ev
+
+
+class AttemptObserver(Protocol):
+    """Told of each upstream attempt (gateway.telemetry.Watch: metrics and spans)."""
+
+    def begin(self, url: str) -> dict[str, str]:
+        """An attempt on `url` starts; returns headers to send it (W3C trace context)."""
+        ...
+
+    def end(self, url: str, error: BaseException | None) -> None:
+        """The attempt on `url` failed; its successful end is the request's end."""
+        ...
 
 
 @dataclass(slots=True)
@@ -36,6 +49,7 @@ class Attempt:
     status: int | None = None
     errors: list[str] = field(default_factory=list)
     failovers: int = 0
+    observer: AttemptObserver | None = None
 
 
 @dataclass(slots=True)
@@ -124,6 +138,8 @@ class Pipeline:
             if isinstance(exc, errors.GatewayError):
                 note.errors.append(f"{url}: {exc.message}"
                                    + (f" ({exc.detail})" if exc.detail else ""))
+                if note.observer is not None:
+                    note.observer.end(url, exc)
             raise
         if not opened.more:  # a stream is judged at its end (a break after the first byte
             ups.succeeded(url)  # counts toward ejection too)
@@ -134,6 +150,8 @@ class Pipeline:
                     request_id: str, note: Attempt) -> Opened:
         ureq = route.backend.build(req, base.Target(url, route.upstream_model, route.options))
         ureq.headers["x-request-id"] = request_id
+        if note.observer is not None:
+            ureq.headers.update(note.observer.begin(url))
         try:
             async with asyncio.timeout(self.timeouts.first_byte):
                 resp = await self.client.send(ureq)
@@ -151,7 +169,7 @@ class Pipeline:
                      resp: upstream.UpstreamResponse, streaming: bool) -> Opened:
         if resp.status >= 400:
             raise route.backend.parse_error(resp.status, await resp.read())
-        dec = route.backend.decoder(req, streaming)
+        dec = route.decoder(req, streaming)
         if not streaming:
             dec.feed(await resp.read())
             return Opened(resp, dec, dec.close(), False)
@@ -201,12 +219,14 @@ class Pipeline:
         if cont is None:
             raise cause
         job.note.failovers += 1
+        if job.note.observer is not None:  # the cut attempt ends here, as a failed one
+            job.note.observer.end(failed, cause)
         try:
             opened = await self.open(job.route, cont, job.request_id, job.note, avoid=failed)
         except errors.GatewayError:
-            hooks.failover(job.route.name, failed, False, seen.tokens)
+            hooks.failover(job.route.name, failed, None, seen.tokens)
             raise cause from None
-        hooks.failover(job.route.name, failed, True, seen.tokens)
+        hooks.failover(job.route.name, failed, opened.url, seen.tokens)
         seen.continued()
         return opened
 

@@ -123,12 +123,17 @@ def test_a_4xx_never_counts_toward_ejection() -> None:
     fakes = {"bad": Refusing(), "ok": sim,
              "fussy": Starlette(routes=[Route("/v1/completions", fussy, methods=["POST"])])}
 
-    async def go() -> list[int]:
+    async def go() -> tuple[list[int], str]:
         async with hosts.serve(cfg, fakes) as gw:
-            return [(await gw.post("/v1/completions", json={"model": "m", "prompt": "x"}))
-                    .status_code for _ in range(12)]
+            got = [(await gw.post("/v1/completions", json={"model": "m", "prompt": "x"}))
+                   .status_code for _ in range(12)]
+            return got, (await gw.get("/metrics")).text
 
-    statuses = asyncio.run(go())
+    statuses, metrics = asyncio.run(go())
+    ejections = [line for line in metrics.splitlines()
+                 if line.startswith("gateway_upstream_ejections_total{")]
+    assert [line.split('upstream="')[1] for line in ejections if line.endswith(" 1.0")] == [
+        'http://bad:8000"} 1.0']  # counted through gateway.hooks
     assert calls["bad"] == 3  # ejected after its third failure, never tried again
     assert calls["fussy"] == statuses.count(400) >= 6  # its 400s in a row never ejected it
     assert statuses[-4:].count(400) == 2 and set(statuses) == {200, 400}
@@ -163,7 +168,7 @@ def test_health_readiness_and_gauge_tell_the_truth_with_every_upstream_down() ->
         "server": {"health": {"probe_interval": 0.02}},
         "models": [{"name": "m", "upstreams": ["http://a:1", "http://b:1"]}]})
 
-    async def until(gw: httpx.AsyncClient, status: int) -> tuple[int, int, str]:
+    async def until(gw: httpx.AsyncClient, status: int) -> tuple[int, int, list[str]]:
         for _ in range(200):
             health_ = await gw.get("/health")
             if health_.status_code == status:
@@ -171,11 +176,11 @@ def test_health_readiness_and_gauge_tell_the_truth_with_every_upstream_down() ->
             await asyncio.sleep(0.01)
         ping = await gw.get("/ping")
         metrics = (await gw.get("/metrics")).text
-        gauge = next(line for line in metrics.splitlines()
-                     if line.startswith('gateway_upstreams_healthy{model="m"}'))
-        return health_.status_code, ping.status_code, gauge
+        gauges = sorted(line.rsplit(" ", 1)[1] for line in metrics.splitlines()
+                        if line.startswith('gateway_upstream_healthy{gen_ai_request_model="m"'))
+        return health_.status_code, ping.status_code, gauges
 
-    async def go() -> list[tuple[int, int, str]]:
+    async def go() -> list[tuple[int, int, list[str]]]:
         async with hosts.serve(cfg, {"a": worker, "b": worker}) as gw:
             up = await until(gw, 200)
             state["status"] = 503
@@ -186,8 +191,8 @@ def test_health_readiness_and_gauge_tell_the_truth_with_every_upstream_down() ->
             return [up, down, await until(gw, 200)]
 
     up, down, back = asyncio.run(go())
-    assert up == (200, 200, 'gateway_upstreams_healthy{model="m"} 2.0')
-    assert down == (503, 503, 'gateway_upstreams_healthy{model="m"} 0.0')
+    assert up == (200, 200, ["1.0", "1.0"])
+    assert down == (503, 503, ["0.0", "0.0"])
     assert back == up
 
 
