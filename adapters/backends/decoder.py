@@ -1,0 +1,131 @@
+"""The framing half of every worker decoder, written once: SSE events, JSON lines or a whole JSON
+body in, one parsed JSON object per event out to the worker's own `on_event`.
+
+A worker decoder says only what a parsed event means (`on_event`, `on_body`, `on_end`); this
+base reads the framing (adapters/framing.py), parses each event with one `orjson.loads`, and
+orders failures the same way for every worker. A failure found in a read (an in-band error
+event, malformed JSON, an event that is not a JSON object) comes after the events that came
+before it in the same read: those are returned, and the failure is raised on the next `feed`
+or at `close`, once. So what a client receives does not depend on where the network cut the
+stream. A decoder that raised is spent: later calls return nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import orjson
+
+from adapters import framing
+from schemas import errors
+from schemas import events as ev
+
+Framing = Literal["sse", "lines", "whole"]
+
+
+class FramedDecoder:
+    """Base of the worker decoders (StreamDecoder); subclasses override the `on_*` hooks."""
+
+    # The payload that ends a stream (OpenAI's `data: [DONE]`), when the protocol has one.
+    DONE: ClassVar[bytes | None] = None
+    # Read an SSE event the worker left without its blank line at the end, instead of calling
+    # the stream cut inside an event.
+    FLUSH_TAIL: ClassVar[bool] = False
+    NOT_OBJECT: ClassVar[str] = "the worker's event is not a JSON object"
+
+    def __init__(self, framing_: Framing):
+        self._framing = framing_
+        self._sse = framing.SseDecoder()
+        self._lines = framing.LineDecoder()
+        self._body: list[bytes] = []
+        self._failure: errors.GatewayError | None = None
+        self._spent = False
+
+    # -- what a worker decoder supplies -------------------------------------------------------
+
+    def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
+        """One event of a stream, parsed; append its canonical events or raise."""
+        raise NotImplementedError
+
+    def on_done(self) -> None:
+        """The `DONE` payload came."""
+
+    def on_body(self, obj: Any, out: list[ev.Event]) -> None:
+        """A whole (non-streaming) body, parsed: by default one event."""
+        self.on_event(self.object(obj), out)
+
+    def on_end(self) -> list[ev.Event]:
+        """The stream ended where it should: the events still held, or raise if it was cut."""
+        return []
+
+    # -- StreamDecoder ------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> list[ev.Event]:
+        if self._failure is not None or self._spent:
+            return self._spend()
+        if self._framing == "whole":
+            self._body.append(data)
+            return []
+        out: list[ev.Event] = []
+        try:
+            if self._framing == "sse":
+                for _, payload in self._sse.feed(data):
+                    self._payload(payload, out)
+            else:
+                for line in self._lines.feed(data):
+                    self._payload(line, out)
+        except errors.GatewayError as exc:
+            if not out:
+                self._spent = True
+                raise
+            self._failure = exc  # the events before it go out first
+        return out
+
+    def close(self) -> list[ev.Event]:
+        if self._failure is not None or self._spent:
+            return self._spend()
+        self._spent = True
+        out: list[ev.Event] = []
+        if self._framing == "whole":
+            self.on_body(self.parse(b"".join(self._body)), out)
+            return out + self.on_end()
+        reader = self._sse if self._framing == "sse" else self._lines
+        if self.FLUSH_TAIL:
+            for payload in self._tail():
+                self._payload(payload, out)
+        elif reader.pending:
+            raise errors.UpstreamBroken("the worker's stream ended inside an event")
+        return out + self.on_end()
+
+    # -- parts --------------------------------------------------------------------------------
+
+    def _spend(self) -> list[ev.Event]:
+        """Raise the deferred failure the first time; a spent decoder then answers nothing."""
+        self._spent = True
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+        return []
+
+    def _tail(self) -> list[bytes]:
+        if self._framing == "sse":
+            return [payload for _, payload in self._sse.close()]
+        return self._lines.close()
+
+    def _payload(self, payload: bytes, out: list[ev.Event]) -> None:
+        if payload[:1] != b"{" and self.DONE is not None and payload.strip() == self.DONE:
+            self.on_done()
+            return
+        self.on_event(self.object(self.parse(payload)), out)
+
+    def parse(self, payload: bytes) -> Any:
+        try:
+            return orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise errors.UpstreamBroken(
+                f"the worker sent malformed JSON: {payload[:200]!r}") from None
+
+    def object(self, obj: Any) -> dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise errors.UpstreamBroken(self.NOT_OBJECT)
+        return obj
