@@ -61,28 +61,28 @@ class FramedDecoder:
     # -- StreamDecoder ------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> list[ev.Event]:
-        if self._failure is not None or self._spent:
+        if self._spent:
             return self._spend()
-        if self._framing == "whole":
-            self._body.append(data)
-            return []
         out: list[ev.Event] = []
         try:
             if self._framing == "sse":
                 for _, payload in self._sse.feed(data):
                     self._payload(payload, out)
-            else:
+            elif self._framing == "lines":
                 for line in self._lines.feed(data):
                     self._payload(line, out)
+            else:
+                self._body.append(data)
         except errors.GatewayError as exc:
             if not out:
                 self._spent = True
                 raise
             self._failure = exc  # the events before it go out first
+            self._spent = True
         return out
 
     def close(self) -> list[ev.Event]:
-        if self._failure is not None or self._spent:
+        if self._spent:
             return self._spend()
         self._spent = True
         out: list[ev.Event] = []
@@ -101,7 +101,6 @@ class FramedDecoder:
 
     def _spend(self) -> list[ev.Event]:
         """Raise the deferred failure the first time; a spent decoder then answers nothing."""
-        self._spent = True
         failure, self._failure = self._failure, None
         if failure is not None:
             raise failure
@@ -113,10 +112,18 @@ class FramedDecoder:
         return self._lines.close()
 
     def _payload(self, payload: bytes, out: list[ev.Event]) -> None:
+        """One event: the terminator, or one orjson.loads and the worker's `on_event`."""
         if payload[:1] != b"{" and self.DONE is not None and payload.strip() == self.DONE:
             self.on_done()
             return
-        self.on_event(self.object(self.parse(payload)), out)
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise errors.UpstreamBroken(
+                f"the worker sent malformed JSON: {payload[:200]!r}") from None
+        if type(obj) is not dict:
+            raise errors.UpstreamBroken(self.NOT_OBJECT)
+        self.on_event(obj, out)
 
     def parse(self, payload: bytes) -> Any:
         try:
