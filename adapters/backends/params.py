@@ -1,4 +1,5 @@
-"""Parameter tables for workers whose API is not OpenAI's (Triton, TGI): data, not if-chains.
+"""Parameter tables of every worker kind (OpenAI, vLLM, trtllm-serve, Triton, TGI): data, not
+if-chains.
 
 Every canonical field a client protocol can set (each `Sampling` field, the request options in
 `REQUEST_FIELDS`, and the protocol extras a front end passes on) has one rule per worker kind:
@@ -7,11 +8,13 @@ the same to it (TGI: temperature 0 is `do_sample: false`), `Own` it (the backend
 it: a chat template, a prepended echo), `Drop` it with a log line (no effect on this worker's
 answer), or `Refuse` it with a 400 naming the field. A field without a rule is refused, so a new
 canonical field cannot slip through unnoticed; `noop` values are taken silently whatever the rule.
+A request's extras are looked up in the same table; those a worker has no rule for get its
+`unknown` rule, and `accepted_extras` lists the extras a table declares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +29,9 @@ _NOTHING = object()
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Sent as is, under the worker's name."""
+    """Sent as is, under the worker's name (`key`; empty: the field's own name)."""
 
-    key: str
+    key: str = ""
     noop: Any = _NOTHING
 
 
@@ -59,10 +62,12 @@ class Drop:
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
-    """The worker cannot do it: a 400 naming the field."""
+    """The worker cannot do it: a 400 naming the field. `message`, when given, is the whole
+    text (`{name}` the field), for refusals whose wording predates the tables."""
 
     why: str
     noop: Any = _NOTHING
+    message: str = ""
 
 
 Rule = Send | Translate | Own | Drop | Refuse
@@ -96,32 +101,66 @@ def refuse(name: str, why: str, worker: str) -> errors.Unsupported:
                               f"{why}", field=name)
 
 
+def plan(table: Table, req: canonical.InferenceRequest, worker: str,
+         unknown: Rule | None = None, log: bool = True) -> dict[str, dict[str, Any]]:
+    """Check every asked field against `table` and say what each becomes on the worker's wire:
+    field name -> the worker's fields ({} for none), in the order asked. A refused field raises;
+    with `log`, a dropped one is logged. An extra is refused by its presence, even null (as
+    trtllm-serve's `extra="forbid"` does); `unknown` rules extras that have no entry."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, value in asked(req):
+        extra = name in req.extra
+        rule = table.get(name)
+        if rule is None:
+            rule = unknown if unknown is not None and extra else \
+                Refuse("this worker has no such parameter")
+        if (value is None and not (extra and isinstance(rule, Refuse))) or value == rule.noop:
+            continue
+        match rule:
+            case Send():
+                fields = {rule.key or name: value}
+            case Translate():
+                fields = rule.fn(value)
+            case Own():
+                fields = {}
+            case Drop():
+                fields = {}
+                if log:
+                    _log.info("parameter_dropped", worker=worker, field=name, why=rule.why)
+            case Refuse():
+                if rule.message:
+                    raise errors.Unsupported(rule.message.format(name=name), field=name)
+                raise refuse(name, rule.why, worker)
+        # An extra named like a canonical field adds to (and overrides) what that one wrote.
+        out[name] = {**out[name], **fields} if name in out else fields
+    return out
+
+
 def apply(table: Table, req: canonical.InferenceRequest, worker: str,
           out: dict[str, Any] | None = None, unknown: Rule | None = None) -> None:
     """Check every asked field against `table`; with `out`, also write the worker's fields
     (and log the drops, once per request). `unknown` rules extras that have no entry."""
-    for name, value in asked(req):
-        rule = table.get(name)
-        if rule is None:
-            rule = unknown if unknown is not None and name in req.extra else \
-                Refuse("this worker has no such parameter")
-        if value is None or value == rule.noop:
-            continue
-        match rule:
-            case Send():
-                if out is not None:
-                    out[rule.key] = value
-            case Translate():
-                fields = rule.fn(value)
-                if out is not None:
-                    out.update(fields)
-            case Own():
-                pass
-            case Drop():
-                if out is not None:
-                    _log.info("parameter_dropped", worker=worker, field=name, why=rule.why)
-            case Refuse():
-                raise refuse(name, rule.why, worker)
+    for fields in plan(table, req, worker, unknown, log=out is not None).values():
+        if out is not None:
+            out.update(fields)
+
+
+def ordered(fields: Mapping[str, Mapping[str, Any]], names: Iterable[str]) -> dict[str, Any]:
+    """The worker's fields of `names` (a table's part), in that order: a body's key order is
+    its table's, whatever order the client wrote."""
+    out: dict[str, Any] = {}
+    for name in names:
+        if name in fields:
+            out.update(fields[name])
+    return out
+
+
+def accepted_extras(table: Table) -> frozenset[str]:
+    """The request extras `table` declares and does not refuse: the only ones a worker of this
+    kind takes besides the canonical fields (no mass assignment of undeclared keys)."""
+    canonical_names = {*canonical.Sampling.__slots__, *REQUEST_FIELDS}
+    return frozenset(n for n, rule in table.items()
+                     if n not in canonical_names and not isinstance(rule, Refuse))
 
 
 def covers(table: Table, *, extras: tuple[str, ...] = ()) -> list[str]:
