@@ -1,8 +1,11 @@
 """Any OpenAI-compatible worker: canonical requests to /v1/chat/completions and /v1/completions.
 
-The parameter mapping is data: `SAMPLING` maps canonical Sampling fields to this worker's
-names. A canonical field that is set but has no entry is refused with a 4xx naming it, so a
-client never gets a silently different answer. Subclasses (vLLM, trtllm-serve) extend the tables.
+The parameter mapping is data, in the `Rule` idiom of params.py: a table per worker kind
+(`OPENAI_*` here; vllm.py and trtllm.py extend it) in three parts whose order is the order of
+the checks and the body's key order: sampling and request options (`TABLE`), then the client extras the worker declares
+(`EXTRAS`, apart: a client's extra may be named like a canonical field, and goes as written). A canonical field
+that is set but that the worker cannot honour is refused with a 4xx naming it, so a client
+never gets a silently different answer.
 """
 
 from __future__ import annotations
@@ -12,50 +15,96 @@ from typing import Any, ClassVar
 import orjson
 
 from adapters import base
-from adapters.backends import openai_decode
+from adapters.backends import openai_decode, params
+from adapters.backends.params import Own, Refuse, Send, Translate
 from schemas import canonical, errors
 
-# canonical Sampling attribute -> OpenAI request field (openai api-reference, chat/create).
-OPENAI_SAMPLING: dict[str, str] = {
-    "max_tokens": "max_tokens",
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "seed": "seed",
-    "stop": "stop",
-    "n": "n",
-    "logit_bias": "logit_bias",
+# How this worker kind has always worded a refusal (no worker name, no reason).
+NOT_SUPPORTED = "`{name}` is not supported by this model's worker"
+
+
+def unsupported(*names: str) -> dict[str, params.Rule]:
+    return {name: Refuse("not an OpenAI API field", message=NOT_SUPPORTED) for name in names}
+
+
+# canonical Sampling field -> OpenAI request field (openai api-reference, chat/create).
+OPENAI_SAMPLING: dict[str, params.Rule] = {
+    "max_tokens": Send("max_tokens"),
+    "temperature": Send("temperature"),
+    "top_p": Send("top_p"),
+    "presence_penalty": Send("presence_penalty"),
+    "frequency_penalty": Send("frequency_penalty"),
+    "seed": Send("seed"),
+    "stop": Send("stop"),
+    "n": Send("n"),
+    "logit_bias": Send("logit_bias"),
+    **unsupported(*(n for n in canonical.Sampling.__slots__ if n not in (
+        "max_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty", "seed",
+        "stop", "n", "logit_bias"))),
 }
 
-# Canonical fields whose unset value is not None.
-_UNSET: dict[str, Any] = {"stop": [], "stop_token_ids": [], "n": 1}
+
+def _tools(v: list[canonical.ToolSpec]) -> dict[str, Any]:
+    return {"tools": [_tool(t) for t in v]}
+
+
+def _choice(v: str) -> dict[str, Any]:
+    return {"tool_choice": _tool_choice(v)}
+
+
+# The request's other options; `logprobs` / `top_logprobs` take a different form in chat and
+# completions (OpenAIBackend.logprobs), written after `stream`.
+OPENAI_OPTIONS: dict[str, params.Rule] = {
+    "logprobs": Own("chat: `logprobs` + `top_logprobs`; completions: `logprobs: n`"),
+    "top_logprobs": Own("with `logprobs`"),
+    "echo": Send("echo"),
+    "tools": Translate(_tools),
+    "tool_choice": Translate(_choice),
+    "parallel_tool_calls": Send("parallel_tool_calls"),
+    "response_format": Send("response_format"),
+    "reasoning_effort": Send("reasoning_effort"),
+    "user": Send("user"),
+    # (refused in this order)
+    "token_ids": Refuse("no token ids", message="token ids are not available from this "
+                        "model's worker"),
+    "prompt_logprobs": Refuse("no prompt logprobs", message=NOT_SUPPORTED),
+}
+
+# Client extras the OpenAI API declares beyond the canonical fields (api-reference: chat/create,
+# completions/create), and the vLLM names our own front ends write (TGI's and LMI's).
+OPENAI_EXTRAS: dict[str, params.Rule] = {
+    name: Send() for name in (
+        "store", "metadata", "modalities", "audio", "prediction", "service_tier",
+        "web_search_options", "verbosity", "prompt_cache_key", "safety_identifier",
+        "functions", "function_call", "suffix",
+        # adapters/frontends/tgi.py and lmi_params.py EXTRA
+        "max_tokens", "include_stop_str_in_output", "structured_outputs",
+        "spaces_between_special_tokens", "early_stopping", "bad_words", "allowed_token_ids")
+}
 
 
 class OpenAIBackend:
     """Speaks the OpenAI API as any compatible server does."""
 
-    SAMPLING: ClassVar[dict[str, str]] = OPENAI_SAMPLING
+    WORKER: ClassVar[str] = "openai"
+    SAMPLING: ClassVar[dict[str, params.Rule]] = OPENAI_SAMPLING
+    OPTIONS: ClassVar[dict[str, params.Rule]] = OPENAI_OPTIONS
+    EXTRAS: ClassVar[dict[str, params.Rule]] = OPENAI_EXTRAS
+    # An extra the table does not declare: any compatible server may have its own, so it is
+    # passed on as the client wrote it.
+    UNKNOWN_EXTRA: ClassVar[params.Rule] = Send()
+    TABLE: ClassVar[dict[str, params.Rule]] = {**SAMPLING, **OPTIONS}
+    ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
     CHAT_PATH = "/v1/chat/completions"
     COMPLETIONS_PATH = "/v1/completions"
-    # What the worker can return besides text, decided before any I/O.
-    TOKEN_IDS = False
-    PROMPT_LOGPROBS = False
 
     def check(self, req: canonical.InferenceRequest) -> None:
-        for name in canonical.Sampling.__slots__:
-            value = getattr(req.sampling, name)
-            if name not in self.SAMPLING and value != _UNSET.get(name):
-                raise errors.Unsupported(
-                    f"`{name}` is not supported by this model's worker", field=name)
-        if req.token_ids and not self.TOKEN_IDS:
-            raise errors.Unsupported("token ids are not available from this model's worker",
-                                     field="token_ids")
-        if req.prompt_logprobs is not None and not self.PROMPT_LOGPROBS:
-            raise errors.Unsupported("`prompt_logprobs` is not supported by this model's worker",
-                                     field="prompt_logprobs")
+        params.plan(self.TABLE, req, self.WORKER, self.UNKNOWN_EXTRA, extras=self.EXTRAS,
+                    log=False, table_order=True)
 
     def build(self, req: canonical.InferenceRequest, target: base.Target) -> base.UpstreamRequest:
+        fields = params.plan(self.TABLE, req, self.WORKER, self.UNKNOWN_EXTRA, extras=self.EXTRAS,
+                             table_order=True)
         body: dict[str, Any] = {"model": target.model}
         if req.messages is not None:
             body["messages"] = [self.message(m) for m in req.messages]
@@ -63,25 +112,22 @@ class OpenAIBackend:
         else:
             body["prompt"] = _prompt(req.prompts or [""])
             path = self.COMPLETIONS_PATH
-        self.sampling(req.sampling, body)
-        self.options(req, body)
-        for key, value in req.extra.items():
-            body.setdefault(key, value)
+        body.update(params.ordered(fields, self.SAMPLING))
+        body["stream"] = req.stream
+        if req.stream:
+            body["stream_options"] = {"include_usage": True}  # usage is always wanted upstream
+        self.logprobs(req, body)
+        body.update(params.ordered(fields, self.OPTIONS))
+        for key, value in req.extra.items():  # as written, null included (`max_tokens: null`)
+            rule = self.EXTRAS.get(key, self.UNKNOWN_EXTRA)
+            if isinstance(rule, Send):
+                body.setdefault(rule.key or key, value)
         return base.UpstreamRequest(
             "POST", target.base_url.rstrip("/") + path, orjson.dumps(body),
             {"content-type": "application/json"}, streaming=req.stream)
 
-    def sampling(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
-        for attr, key in self.SAMPLING.items():
-            value = getattr(s, attr)
-            if value is not None and value != _UNSET.get(attr):
-                body[key] = value
-
-    def options(self, req: canonical.InferenceRequest, body: dict[str, Any]) -> None:
-        """Everything that is not sampling: streaming, logprobs, tools, formats."""
-        body["stream"] = req.stream
-        if req.stream:
-            body["stream_options"] = {"include_usage": True}  # usage is always wanted upstream
+    def logprobs(self, req: canonical.InferenceRequest, body: dict[str, Any]) -> None:
+        """The `Own` rule of `logprobs`: chat's boolean with `top_logprobs`, completions' count."""
         if req.logprobs:
             if req.is_chat:
                 body["logprobs"] = True
@@ -89,15 +135,6 @@ class OpenAIBackend:
                     body["top_logprobs"] = req.top_logprobs
             else:
                 body["logprobs"] = req.top_logprobs
-        if req.echo:
-            body["echo"] = True
-        if req.tools is not None:
-            body["tools"] = [_tool(t) for t in req.tools]
-        if req.tool_choice is not None:
-            body["tool_choice"] = _tool_choice(req.tool_choice)
-        for key in ("parallel_tool_calls", "response_format", "reasoning_effort", "user"):
-            if (value := getattr(req, key)) is not None:
-                body[key] = value
 
     def message(self, m: canonical.Message) -> dict[str, Any]:
         out: dict[str, Any] = {"role": m.role, "content": m.content}

@@ -83,17 +83,19 @@ REQUEST_FIELDS: dict[str, Any] = {
 _SAMPLING_UNSET: dict[str, Any] = {"stop": [], "stop_token_ids": [], "n": 1}
 
 
-def asked(req: canonical.InferenceRequest) -> Iterator[tuple[str, Any]]:
-    """Every canonical field the client set: sampling, then request options, then extras."""
+def asked(req: canonical.InferenceRequest) -> Iterator[tuple[str, Any, bool]]:
+    """Every field the client set: sampling, then request options, then extras (the third
+    item: an extra, which may be named like a canonical field)."""
     for name in canonical.Sampling.__slots__:
         value = getattr(req.sampling, name)
         if value is not None and value != _SAMPLING_UNSET.get(name):
-            yield name, value
+            yield name, value, False
     for name, unset in REQUEST_FIELDS.items():
         value = getattr(req, name)
         if value != unset:
-            yield name, value
-    yield from req.extra.items()
+            yield name, value, False
+    for name, value in req.extra.items():
+        yield name, value, True
 
 
 def refuse(name: str, why: str, worker: str) -> errors.Unsupported:
@@ -101,16 +103,26 @@ def refuse(name: str, why: str, worker: str) -> errors.Unsupported:
                               f"{why}", field=name)
 
 
+# What each asked field becomes on the worker's wire: (name, is an extra, the worker's fields).
+Plan = list[tuple[str, bool, dict[str, Any]]]
+
+
 def plan(table: Table, req: canonical.InferenceRequest, worker: str,
-         unknown: Rule | None = None, log: bool = True) -> dict[str, dict[str, Any]]:
-    """Check every asked field against `table` and say what each becomes on the worker's wire:
-    field name -> the worker's fields ({} for none), in the order asked. A refused field raises;
-    with `log`, a dropped one is logged. An extra is refused by its presence, even null (as
-    trtllm-serve's `extra="forbid"` does); `unknown` rules extras that have no entry."""
-    out: dict[str, dict[str, Any]] = {}
-    for name, value in asked(req):
-        extra = name in req.extra
-        rule = table.get(name)
+         unknown: Rule | None = None, *, extras: Table | None = None, log: bool = True,
+         table_order: bool = False) -> Plan:
+    """Check every asked field against `table` and say what each becomes, in the order asked
+    (`table_order`: canonical fields in the table's order, then extras as asked). A refused
+    field raises; with `log`, a dropped one is logged. Extras are looked up in `extras` when the
+    worker keeps them apart (a client extra may be named like a canonical field), else in
+    `table`; `unknown` rules those with no entry. An extra is refused by its presence, even
+    null (as trtllm-serve's `extra="forbid"` does)."""
+    out: Plan = []
+    todo = list(asked(req))
+    if table_order:
+        rank = {name: i for i, name in enumerate(table)}
+        todo.sort(key=lambda f: len(rank) + 1 if f[2] else rank.get(f[0], len(rank)))
+    for name, value, extra in todo:
+        rule = (extras if extra and extras is not None else table).get(name)
         if rule is None:
             rule = unknown if unknown is not None and extra else \
                 Refuse("this worker has no such parameter")
@@ -131,23 +143,24 @@ def plan(table: Table, req: canonical.InferenceRequest, worker: str,
                 if rule.message:
                     raise errors.Unsupported(rule.message.format(name=name), field=name)
                 raise refuse(name, rule.why, worker)
-        # An extra named like a canonical field adds to (and overrides) what that one wrote.
-        out[name] = {**out[name], **fields} if name in out else fields
+        out.append((name, extra, fields))
     return out
 
 
 def apply(table: Table, req: canonical.InferenceRequest, worker: str,
           out: dict[str, Any] | None = None, unknown: Rule | None = None) -> None:
     """Check every asked field against `table`; with `out`, also write the worker's fields
-    (and log the drops, once per request). `unknown` rules extras that have no entry."""
-    for fields in plan(table, req, worker, unknown, log=out is not None).values():
+    in the order asked (and log the drops, once per request). `unknown` rules extras that
+    have no entry."""
+    for _, _, fields in plan(table, req, worker, unknown, log=out is not None):
         if out is not None:
             out.update(fields)
 
 
-def ordered(fields: Mapping[str, Mapping[str, Any]], names: Iterable[str]) -> dict[str, Any]:
-    """The worker's fields of `names` (a table's part), in that order: a body's key order is
-    its table's, whatever order the client wrote."""
+def ordered(planned: Plan, names: Iterable[str]) -> dict[str, Any]:
+    """The worker's fields of the canonical `names` (a table's part), in that order: a body's
+    key order is its table's, whatever order the client wrote."""
+    fields = {name: f for name, extra, f in planned if not extra}
     out: dict[str, Any] = {}
     for name in names:
         if name in fields:
@@ -155,10 +168,11 @@ def ordered(fields: Mapping[str, Mapping[str, Any]], names: Iterable[str]) -> di
     return out
 
 
-def accepted_extras(table: Table) -> frozenset[str]:
+def accepted_extras(table: Table, *, apart: bool = False) -> frozenset[str]:
     """The request extras `table` declares and does not refuse: the only ones a worker of this
-    kind takes besides the canonical fields (no mass assignment of undeclared keys)."""
-    canonical_names = {*canonical.Sampling.__slots__, *REQUEST_FIELDS}
+    kind takes besides the canonical fields (no mass assignment of undeclared keys). `apart`:
+    `table` holds extras only (plan's `extras`), so a canonical name in it is an extra too."""
+    canonical_names = set() if apart else {*canonical.Sampling.__slots__, *REQUEST_FIELDS}
     return frozenset(n for n, rule in table.items()
                      if n not in canonical_names and not isinstance(rule, Refuse))
 

@@ -4,38 +4,61 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from adapters.backends import openai
+from adapters.backends import openai, params
+from adapters.backends.params import Send, Translate
 from schemas import canonical
 
-# vLLM protocol.py (ChatCompletionRequest / CompletionRequest sampling extras).
-VLLM_SAMPLING: dict[str, str] = {
-    **openai.OPENAI_SAMPLING,
-    "min_tokens": "min_tokens",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "repetition_penalty": "repetition_penalty",
-    "length_penalty": "length_penalty",
-    "stop_token_ids": "stop_token_ids",
-    "ignore_eos": "ignore_eos",
-    "best_of": "best_of",
-    "skip_special_tokens": "skip_special_tokens",
-    "truncate": "truncate_prompt_tokens",
+# vLLM protocol.py (ChatCompletionRequest / CompletionRequest sampling extras), after OpenAI's;
+# what neither has stays refused.
+VLLM_SAMPLING: dict[str, params.Rule] = {
+    **{k: v for k, v in openai.OPENAI_SAMPLING.items() if isinstance(v, Send)},
+    "min_tokens": Send("min_tokens"),
+    "top_k": Send("top_k"),
+    "min_p": Send("min_p"),
+    "repetition_penalty": Send("repetition_penalty"),
+    "length_penalty": Send("length_penalty"),
+    "stop_token_ids": Send("stop_token_ids"),
+    "ignore_eos": Send("ignore_eos"),
+    "best_of": Send("best_of"),
+    "skip_special_tokens": Send("skip_special_tokens"),
+    "truncate": Send("truncate_prompt_tokens"),
+}
+VLLM_SAMPLING.update({k: v for k, v in openai.OPENAI_SAMPLING.items() if k not in VLLM_SAMPLING})
+
+VLLM_OPTIONS: dict[str, params.Rule] = {
+    **openai.OPENAI_OPTIONS,
+    "token_ids": Translate(lambda v: {"return_token_ids": True}),  # vLLM >= 0.10.2
+    "prompt_logprobs": Send("prompt_logprobs"),
+}
+
+# Request fields vLLM declares beyond the canonical ones (wire-formats.md section 3.1: 0.11
+# protocol.py, 0.33 chat_completion/ and completion/protocol.py), chat and completions.
+VLLM_EXTRAS: dict[str, params.Rule] = {
+    **openai.OPENAI_EXTRAS,
+    **{name: Send() for name in (
+        "use_beam_search", "include_stop_str_in_output", "spaces_between_special_tokens",
+        "allowed_token_ids", "bad_words", "structured_outputs", "priority", "request_id",
+        "return_tokens_as_token_ids", "logits_processors", "cache_salt", "kv_transfer_params",
+        "vllm_xargs", "thinking_token_budget", "logprob_token_ids", "truncation_side",
+        "session_id", "add_special_tokens", "include_reasoning", "prompt_embeds",
+        "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+        "guided_decoding_backend", "guided_whitespace_pattern",
+        # chat only
+        "add_generation_prompt", "continue_final_message", "documents", "chat_template",
+        "chat_template_kwargs", "mm_processor_kwargs", "media_io_kwargs")},
 }
 
 
 class VllmBackend(openai.OpenAIBackend):
-    """vLLM accepts unknown fields (extra="allow"), so client extras pass through as given."""
+    """vLLM accepts unknown fields (extra="allow", ignored with a warning), so client extras it
+    does not declare pass through as given (UNKNOWN_EXTRA)."""
 
-    SAMPLING: ClassVar[dict[str, str]] = VLLM_SAMPLING
-    TOKEN_IDS = True
-    PROMPT_LOGPROBS = True
-
-    def options(self, req: canonical.InferenceRequest, body: dict[str, Any]) -> None:
-        super().options(req, body)
-        if req.token_ids:
-            body["return_token_ids"] = True  # vLLM >= 0.10.2
-        if req.prompt_logprobs is not None:
-            body["prompt_logprobs"] = req.prompt_logprobs
+    WORKER: ClassVar[str] = "vllm"
+    SAMPLING: ClassVar[dict[str, params.Rule]] = VLLM_SAMPLING
+    OPTIONS: ClassVar[dict[str, params.Rule]] = VLLM_OPTIONS
+    EXTRAS: ClassVar[dict[str, params.Rule]] = VLLM_EXTRAS
+    TABLE: ClassVar[dict[str, params.Rule]] = {**SAMPLING, **OPTIONS}
+    ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
 
     def message(self, m: canonical.Message) -> dict[str, Any]:
         out = super().message(m)
