@@ -104,7 +104,7 @@ class OpenAIBackend:
 
     def build(self, req: canonical.InferenceRequest, target: base.Target) -> base.UpstreamRequest:
         fields = params.plan(self.TABLE, req, self.WORKER, self.UNKNOWN_EXTRA, extras=self.EXTRAS,
-                             table_order=True)
+                             table_order=True, check=False)  # check() did
         body: dict[str, Any] = {"model": target.model}
         if req.messages is not None:
             body["messages"] = [self.message(m) for m in req.messages]

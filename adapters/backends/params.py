@@ -109,10 +109,11 @@ Plan = list[tuple[str, bool, dict[str, Any]]]
 
 def plan(table: Table, req: canonical.InferenceRequest, worker: str,
          unknown: Rule | None = None, *, extras: Table | None = None, log: bool = True,
-         table_order: bool = False) -> Plan:
+         table_order: bool = False, check: bool = True) -> Plan:
     """Check every asked field against `table` and say what each becomes, in the order asked
     (`table_order`: canonical fields in the table's order, then extras as asked). A refused
-    field raises; with `log`, a dropped one is logged. Extras are looked up in `extras` when the
+    field raises (without `check`, for a backend's `build` after its `check`, it is left out);
+    with `log`, a dropped one is logged. Extras are looked up in `extras` when the
     worker keeps them apart (a client extra may be named like a canonical field), else in
     `table`; `unknown` rules those with no entry. An extra is refused by its presence, even
     null (as trtllm-serve's `extra="forbid"` does)."""
@@ -140,6 +141,8 @@ def plan(table: Table, req: canonical.InferenceRequest, worker: str,
                 if log:
                     _log.info("parameter_dropped", worker=worker, field=name, why=rule.why)
             case Refuse():
+                if not check:
+                    continue
                 if rule.message:
                     raise errors.Unsupported(rule.message.format(name=name), field=name)
                 raise refuse(name, rule.why, worker)
