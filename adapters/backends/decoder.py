@@ -63,16 +63,16 @@ class FramedDecoder:
     def feed(self, data: bytes) -> list[ev.Event]:
         if self._spent:
             return self._spend()
+        if self._framing == "sse":
+            events = self._sse.feed(data)
+        elif self._framing == "lines":
+            events = [(b"", line) for line in self._lines.feed(data)]
+        else:
+            self._body.append(data)
+            return []
         out: list[ev.Event] = []
         try:
-            if self._framing == "sse":
-                for _, payload in self._sse.feed(data):
-                    self._payload(payload, out)
-            elif self._framing == "lines":
-                for line in self._lines.feed(data):
-                    self._payload(line, out)
-            else:
-                self._body.append(data)
+            self._events(events, out)
         except errors.GatewayError as exc:
             if not out:
                 self._spent = True
@@ -91,8 +91,7 @@ class FramedDecoder:
             return out + self.on_end()
         reader = self._sse if self._framing == "sse" else self._lines
         if self.FLUSH_TAIL:
-            for payload in self._tail():
-                self._payload(payload, out)
+            self._events(self._tail(), out)
         elif reader.pending:
             raise errors.UpstreamBroken("the worker's stream ended inside an event")
         return out + self.on_end()
@@ -106,31 +105,34 @@ class FramedDecoder:
             raise failure
         return []
 
-    def _tail(self) -> list[bytes]:
+    def _tail(self) -> list[tuple[bytes, bytes]]:
         if self._framing == "sse":
-            return [payload for _, payload in self._sse.close()]
-        return self._lines.close()
+            return self._sse.close()
+        return [(b"", line) for line in self._lines.close()]
 
-    def _payload(self, payload: bytes, out: list[ev.Event]) -> None:
-        """One event: the terminator, or one orjson.loads and the worker's `on_event`."""
-        if payload[:1] != b"{" and self.DONE is not None and payload.strip() == self.DONE:
-            self.on_done()
-            return
+    def _events(self, events: list[tuple[bytes, bytes]], out: list[ev.Event]) -> None:
+        """Each (name, data) event: one orjson.loads and the worker's `on_event`; the
+        terminator is the one payload that is not JSON (tried second: it comes once)."""
+        on_event = self.on_event
+        for _, payload in events:
+            try:
+                obj = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                if self.DONE is not None and payload.strip() == self.DONE:
+                    self.on_done()
+                    continue
+                raise errors.UpstreamBroken(
+                    f"the worker sent malformed JSON: {payload[:200]!r}") from None
+            if type(obj) is not dict:
+                raise errors.UpstreamBroken(self.NOT_OBJECT)
+            on_event(obj, out)
+
+    def parse(self, body: bytes) -> Any:
         try:
-            obj = orjson.loads(payload)
+            return orjson.loads(body)
         except orjson.JSONDecodeError:
             raise errors.UpstreamBroken(
-                f"the worker sent malformed JSON: {payload[:200]!r}") from None
-        if type(obj) is not dict:
-            raise errors.UpstreamBroken(self.NOT_OBJECT)
-        self.on_event(obj, out)
-
-    def parse(self, payload: bytes) -> Any:
-        try:
-            return orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            raise errors.UpstreamBroken(
-                f"the worker sent malformed JSON: {payload[:200]!r}") from None
+                f"the worker sent malformed JSON: {body[:200]!r}") from None
 
     def object(self, obj: Any) -> dict[str, Any]:
         if not isinstance(obj, dict):
