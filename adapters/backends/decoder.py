@@ -121,8 +121,8 @@ class FramedDecoder:
                 if self.DONE is not None and payload.strip() == self.DONE:
                     self.on_done()
                     continue
-                raise errors.UpstreamBroken(
-                    f"the worker sent malformed JSON: {payload[:200]!r}") from None
+                raise errors.UpstreamBroken("the worker sent malformed JSON",
+                                            detail=repr(payload[:200])) from None
             if type(obj) is not dict:
                 raise errors.UpstreamBroken(self.NOT_OBJECT)
             on_event(obj, out)
@@ -131,8 +131,8 @@ class FramedDecoder:
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
-            raise errors.UpstreamBroken(
-                f"the worker sent malformed JSON: {body[:200]!r}") from None
+            raise errors.UpstreamBroken("the worker sent malformed JSON",
+                                        detail=repr(body[:200])) from None
 
     def object(self, obj: Any) -> dict[str, Any]:
         if not isinstance(obj, dict):

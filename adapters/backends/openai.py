@@ -16,7 +16,7 @@ import orjson
 
 from adapters import base
 from adapters.backends import openai_decode, params
-from adapters.backends.params import Own, Refuse, Send, Translate
+from adapters.backends.params import Drop, Own, Refuse, Send, Translate
 from schemas import canonical, errors
 
 # How this worker kind has always worded a refusal (no worker name, no reason).
@@ -70,17 +70,15 @@ OPENAI_OPTIONS: dict[str, params.Rule] = {
     "prompt_logprobs": Refuse("no prompt logprobs", message=NOT_SUPPORTED),
 }
 
-# Client extras the OpenAI API declares beyond the canonical fields (api-reference: chat/create,
-# completions/create), and the vLLM names our own front ends write (TGI's and LMI's).
-OPENAI_EXTRAS: dict[str, params.Rule] = {
-    name: Send() for name in (
-        "store", "metadata", "modalities", "audio", "prediction", "service_tier",
-        "web_search_options", "verbosity", "prompt_cache_key", "safety_identifier",
-        "functions", "function_call", "suffix",
-        # adapters/frontends/tgi.py and lmi_params.py EXTRA
-        "max_tokens", "include_stop_str_in_output", "structured_outputs",
-        "spaces_between_special_tokens", "early_stopping", "bad_words", "allowed_token_ids")
-}
+# Request fields of OpenAI's API that the canonical model does not carry: the client extras an
+# OpenAI-compatible worker declares (openai api-reference, chat/create and completions/create).
+# Any other extra is dropped with a log line, never sent: a body's `api_key`, `api_base`,
+# `base_url`, `extra_headers` or `upstream_model` must not reach a worker (issue 12).
+OPENAI_EXTRAS: dict[str, params.Rule] = {name: Send() for name in (
+    "max_tokens", "suffix", "store", "metadata", "service_tier", "modalities", "prediction",
+    "audio", "web_search_options", "verbosity", "prompt_cache_key", "safety_identifier",
+)}
+OPENAI_EXTRA_FIELDS = frozenset(OPENAI_EXTRAS)
 
 
 class OpenAIBackend:
@@ -90,9 +88,8 @@ class OpenAIBackend:
     SAMPLING: ClassVar[dict[str, params.Rule]] = OPENAI_SAMPLING
     OPTIONS: ClassVar[dict[str, params.Rule]] = OPENAI_OPTIONS
     EXTRAS: ClassVar[dict[str, params.Rule]] = OPENAI_EXTRAS
-    # An extra the table does not declare: any compatible server may have its own, so it is
-    # passed on as the client wrote it.
-    UNKNOWN_EXTRA: ClassVar[params.Rule] = Send()
+    # An extra the worker does not declare is never sent (no mass assignment, issue 12).
+    UNKNOWN_EXTRA: ClassVar[params.Rule] = Drop("not a field of this worker's API")
     TABLE: ClassVar[dict[str, params.Rule]] = {**SAMPLING, **OPTIONS}
     ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
     CHAT_PATH = "/v1/chat/completions"
@@ -154,20 +151,23 @@ class OpenAIBackend:
 
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
         message = error_message(body) or f"the worker answered HTTP {status}"
+        detail = body[:500].decode("utf-8", "replace")  # for the log line only
         if status >= 500:
-            return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502)
-        return errors.UpstreamRejected(message, status=status)
+            return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502,
+                                              detail=detail)
+        return errors.UpstreamRejected(message, status=status, detail=detail)
 
     def health_path(self) -> str:
         return "/health"
 
 
 def error_message(body: bytes) -> str:
-    """The message of any OpenAI-style error body: nested, flat (trtllm-serve) or a string."""
+    """The message of any OpenAI-style error body: nested, flat (trtllm-serve) or a string.
+    A body that is not JSON (a proxy's HTML page) is no message for a client: empty."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:1000]
+        return ""
     if isinstance(obj, dict):
         err = obj.get("error", obj)
         if isinstance(err, dict):

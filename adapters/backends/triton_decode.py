@@ -25,14 +25,14 @@ from schemas import events as ev
 
 def error_message(body: bytes) -> str:
     """The message of `{"error": "..."}`, whole or as the SSE event a stream's first response
-    writes; otherwise the body's text."""
+    writes; empty for a body that is not JSON (a proxy's HTML page is no message for a client)."""
     text = body.strip()
     if text.startswith(b"data:"):
         text = text[5:].split(b"\n", 1)[0].strip()
     try:
         obj = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:1000]
+        return ""
     if isinstance(obj, dict) and "error" in obj:
         return str(obj["error"])
     return str(obj)[:1000]

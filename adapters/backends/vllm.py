@@ -31,27 +31,28 @@ VLLM_OPTIONS: dict[str, params.Rule] = {
     "prompt_logprobs": Send("prompt_logprobs"),
 }
 
-# Request fields vLLM declares beyond the canonical ones (wire-formats.md section 3.1: 0.11
-# protocol.py, 0.33 chat_completion/ and completion/protocol.py), chat and completions.
+# Request fields vLLM's protocol.py declares (ChatCompletionRequest, CompletionRequest) that
+# the canonical model does not carry: the client extras sent to vLLM (wire-formats.md 3.1: 0.11
+# protocol.py, 0.33 chat_completion/ and completion/protocol.py). vLLM would accept any field
+# (extra="allow"), but only declared ones go, so nothing else of a body reaches it.
 VLLM_EXTRAS: dict[str, params.Rule] = {
     **openai.OPENAI_EXTRAS,
     **{name: Send() for name in (
         "use_beam_search", "include_stop_str_in_output", "spaces_between_special_tokens",
-        "allowed_token_ids", "bad_words", "structured_outputs", "priority", "request_id",
-        "return_tokens_as_token_ids", "logits_processors", "cache_salt", "kv_transfer_params",
-        "vllm_xargs", "thinking_token_budget", "logprob_token_ids", "truncation_side",
-        "session_id", "add_special_tokens", "include_reasoning", "prompt_embeds",
-        "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-        "guided_decoding_backend", "guided_whitespace_pattern",
-        # chat only
-        "add_generation_prompt", "continue_final_message", "documents", "chat_template",
-        "chat_template_kwargs", "mm_processor_kwargs", "media_io_kwargs")},
+        "allowed_token_ids", "bad_words", "early_stopping", "include_reasoning",
+        "add_generation_prompt", "continue_final_message", "add_special_tokens", "documents",
+        "chat_template", "chat_template_kwargs", "mm_processor_kwargs", "media_io_kwargs",
+        "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+        "structural_tag", "guided_decoding_backend", "guided_whitespace_pattern", "priority",
+        "request_id", "logits_processors", "return_tokens_as_token_ids", "cache_salt",
+        "kv_transfer_params", "vllm_xargs", "prompt_embeds", "thinking_token_budget",
+        "logprob_token_ids", "truncation_side", "session_id")},
 }
+VLLM_EXTRA_FIELDS = frozenset(VLLM_EXTRAS)
 
 
 class VllmBackend(openai.OpenAIBackend):
-    """vLLM accepts unknown fields (extra="allow", ignored with a warning), so client extras it
-    does not declare pass through as given (UNKNOWN_EXTRA)."""
+    """vLLM's OpenAI server: its sampling extras, token ids and prompt logprobs."""
 
     WORKER: ClassVar[str] = "vllm"
     SAMPLING: ClassVar[dict[str, params.Rule]] = VLLM_SAMPLING

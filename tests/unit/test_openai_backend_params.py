@@ -72,10 +72,10 @@ def test_every_backend_says_which_extras_it_takes() -> None:
 def test_the_body_follows_the_table_not_the_client() -> None:
     """Keys in the table's order (sampling, stream, options, extras), whatever order the
     client wrote them in, as the vLLM and trtllm goldens fix."""
-    a = body_of("vllm", chat(foo=1, top_k=5, user="u", stop="!", max_tokens=3, stream=True))
-    b = body_of("vllm", chat(max_tokens=3, stop="!", foo=1, stream=True, user="u", top_k=5))
+    a = body_of("vllm", chat(priority=1, top_k=5, user="u", stop="!", max_tokens=3, stream=True))
+    b = body_of("vllm", chat(max_tokens=3, stop="!", priority=1, stream=True, user="u", top_k=5))
     assert list(a) == list(b) == ["model", "messages", "max_tokens", "stop", "top_k", "stream",
-                                  "stream_options", "user", "foo"]
+                                  "stream_options", "user", "priority"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -125,14 +125,18 @@ def test_trtllm_refuses_an_undeclared_extra_even_when_null() -> None:
 
 
 @pytest.mark.parametrize("kind", ["openai", "vllm"])
-def test_undeclared_extras_pass_as_written_where_the_worker_ignores_them(kind: str) -> None:
-    """vLLM (extra="allow") and OpenAI-compatible servers: an extra named like a canonical
-    field (completions have no `tools`) goes as the client wrote it, after the rest."""
+def test_only_declared_extras_go_upstream_after_the_rest(kind: str) -> None:
+    """No mass assignment (issue 12): an undeclared extra is dropped with a log line, even one
+    named like a canonical field (completions have no `tools`); a declared one goes as the
+    client wrote it, after the rest."""
     raw = [{"type": "function", "function": {"name": "f"}}]
-    body = body_of(kind, completion(tools=raw, foo={"a": 1}))
-    assert body["tools"] == raw and body["foo"] == {"a": 1}
-    assert list(body)[-2:] == ["tools", "foo"]
-    assert "foo" not in registry.BACKENDS[kind].ACCEPTED_EXTRAS  # type: ignore[attr-defined]
+    req = completion(tools=raw, api_key="sk", suffix="!", seed=1)
+    with structlog.testing.capture_logs() as logs:
+        body = body_of(kind, req)
+    assert "tools" not in body and "api_key" not in body
+    assert list(body)[-1] == "suffix" and body["suffix"] == "!"
+    assert {(e["field"], e["worker"]) for e in logs} == {("tools", kind), ("api_key", kind)}
+    assert "api_key" not in registry.BACKENDS[kind].ACCEPTED_EXTRAS  # type: ignore[attr-defined]
 
 
 def test_a_client_extra_never_overrides_what_the_gateway_sets() -> None:
