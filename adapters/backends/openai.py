@@ -38,9 +38,13 @@ OPENAI_SAMPLING: dict[str, params.Rule] = {
     "stop": Send("stop"),
     "n": Send("n"),
     "logit_bias": Send("logit_bias"),
+    # "As many tokens as fit" and "keep the matched stop string": each worker says them in
+    # its own terms (OpenAIBackend.limits), not by a rename.
+    "max_tokens_fit": Own("limits()"),
+    "keep_stop": Own("limits()"),
     **unsupported(*(n for n in canonical.Sampling.__slots__ if n not in (
         "max_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty", "seed",
-        "stop", "n", "logit_bias"))),
+        "stop", "n", "logit_bias", "max_tokens_fit", "keep_stop"))),
 }
 
 
@@ -67,6 +71,9 @@ OPENAI_OPTIONS: dict[str, params.Rule] = {
     # (refused in this order)
     "token_ids": Refuse("no token ids", message="token ids are not available from this "
                         "model's worker"),
+    # A client format with a logprob per token: asked for where the worker surely takes the
+    # field (PER_TOKEN_LOGPROBS, written with `logprobs`); its ids where it gives them.
+    "per_token": Own("with `logprobs`"),
     "prompt_logprobs": Refuse("no prompt logprobs", message=NOT_SUPPORTED),
 }
 
@@ -94,6 +101,9 @@ class OpenAIBackend:
     ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
     CHAT_PATH = "/v1/chat/completions"
     COMPLETIONS_PATH = "/v1/completions"
+    # Ask for logprobs when a client's format carries one per token (`per_token`) although
+    # it did not ask: only where the worker surely takes the field.
+    PER_TOKEN_LOGPROBS = False
 
     def check(self, req: canonical.InferenceRequest) -> None:
         params.plan(self.TABLE, req, self.WORKER, self.UNKNOWN_EXTRA, extras=self.EXTRAS,
@@ -110,11 +120,14 @@ class OpenAIBackend:
             body["prompt"] = _prompt(req.prompts or [""])
             path = self.COMPLETIONS_PATH
         body.update(params.ordered(fields, self.SAMPLING))
+        self.limits(req.sampling, body)
         body["stream"] = req.stream
         if req.stream:
             body["stream_options"] = {"include_usage": True}  # usage is always wanted upstream
         self.logprobs(req, body)
         body.update(params.ordered(fields, self.OPTIONS))
+        if req.per_token and req.top_logprobs and target.options.get("tokenizer"):
+            self.top_ids(body)
         for key, value in req.extra.items():  # as written, null included (`max_tokens: null`)
             rule = self.EXTRAS.get(key, self.UNKNOWN_EXTRA)
             if isinstance(rule, Send):
@@ -123,8 +136,20 @@ class OpenAIBackend:
             "POST", target.base_url.rstrip("/") + path, orjson.dumps(body),
             {"content-type": "application/json"}, streaming=req.stream)
 
+    def limits(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
+        """"As many tokens as fit" and "keep the matched stop string" in this worker's terms.
+        A plain OpenAI server has neither: its own limit applies, and the TGI and LMI encoders
+        put a matched stop string back where the worker reports which one matched."""
+
+    def top_ids(self, body: dict[str, Any]) -> None:
+        """Ask for the ids of the top alternatives (a tokenizer turns them into text); plain
+        OpenAI servers have no such field."""
+
     def logprobs(self, req: canonical.InferenceRequest, body: dict[str, Any]) -> None:
-        """The `Own` rule of `logprobs`: chat's boolean with `top_logprobs`, completions' count."""
+        """The `Own` rules of `logprobs` and `per_token`: chat's boolean with `top_logprobs`,
+        completions' count."""
+        if req.per_token and self.PER_TOKEN_LOGPROBS and not req.logprobs:
+            body["logprobs"] = True if req.is_chat else 0  # the sampled token's alone
         if req.logprobs:
             if req.is_chat:
                 body["logprobs"] = True

@@ -45,6 +45,14 @@ class TrtllmBackend(openai.OpenAIBackend):
         "(trtllm-serve)")
     TABLE: ClassVar[dict[str, params.Rule]] = {**SAMPLING, **openai.OPENAI_OPTIONS}
     ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
+    PER_TOKEN_LOGPROBS = True  # CompletionRequest / ChatCompletionRequest `logprobs`
+
+    def limits(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
+        """`include_stop_str_in_output` is declared (openai_protocol.py); there is no way to
+        ask for "as many tokens as fit", so `max_tokens` is left out and trtllm-serve's own
+        default applies."""
+        if s.keep_stop:
+            body["include_stop_str_in_output"] = True
 
     def message(self, m: canonical.Message) -> dict[str, Any]:
         out = super().message(m)

@@ -28,6 +28,7 @@ VLLM_SAMPLING.update({k: v for k, v in openai.OPENAI_SAMPLING.items() if k not i
 VLLM_OPTIONS: dict[str, params.Rule] = {
     **openai.OPENAI_OPTIONS,
     "token_ids": Translate(lambda v: {"return_token_ids": True}),  # vLLM >= 0.10.2
+    "per_token": Translate(lambda v: {"return_token_ids": True}),  # and its logprobs
     "prompt_logprobs": Send("prompt_logprobs"),
 }
 
@@ -60,6 +61,20 @@ class VllmBackend(openai.OpenAIBackend):
     EXTRAS: ClassVar[dict[str, params.Rule]] = VLLM_EXTRAS
     TABLE: ClassVar[dict[str, params.Rule]] = {**SAMPLING, **OPTIONS}
     ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
+    PER_TOKEN_LOGPROBS = True
+
+    def limits(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
+        if s.max_tokens_fit and s.max_tokens is None:
+            # protocol.py CompletionRequest: `max_tokens` null is max_model_len - prompt
+            # length (the default is 16 on /v1/completions).
+            body["max_tokens"] = None
+        if s.keep_stop:
+            body["include_stop_str_in_output"] = True
+
+    def top_ids(self, body: dict[str, Any]) -> None:
+        """vLLM's `return_tokens_as_token_ids`: every logprob token string is `token_id:N`
+        (serving_engine.py _get_decoded_token), which the decoder reads as an id."""
+        body["return_tokens_as_token_ids"] = True
 
     def message(self, m: canonical.Message) -> dict[str, Any]:
         out = super().message(m)

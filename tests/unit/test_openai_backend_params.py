@@ -115,13 +115,24 @@ def test_refusals_keep_their_words(kind: str, fields: dict[str, Any], message: s
 
 
 def test_trtllm_refuses_an_undeclared_extra_even_when_null() -> None:
-    """trtllm-serve's extra="forbid" refuses the key, whatever its value: TGI's front end
-    writes `max_tokens: null` for "as many as fit", which trtllm-serve's table does not take."""
-    req = tgi_frontend.TgiFrontend("generate").parse(b'{"inputs":"Hi"}', base.RequestContext())
-    assert req.extra["max_tokens"] is None
+    """trtllm-serve's extra="forbid" refuses the key, whatever its value; vLLM and OpenAI
+    servers never see an undeclared one."""
+    req = completion(api_key=None)
     assert refusal("trtllm", req) == \
-        "`max_tokens` is not supported by this model's worker (trtllm-serve)"
-    assert body_of("vllm", req)["max_tokens"] is None  # vLLM: null is "as many as fit"
+        "`api_key` is not supported by this model's worker (trtllm-serve)"
+    assert "api_key" not in body_of("vllm", req)
+
+
+def test_as_many_tokens_as_fit_and_kept_stops_in_each_workers_terms() -> None:
+    """The `Own` rules of `max_tokens_fit` and `keep_stop` (OpenAIBackend.limits)."""
+    req = tgi_frontend.TgiFrontend("generate").parse(
+        b'{"inputs":"Hi","parameters":{"stop":["."]}}', base.RequestContext())
+    assert req.sampling.max_tokens_fit and req.sampling.keep_stop
+    vllm_body = body_of("vllm", req)
+    assert vllm_body["max_tokens"] is None and vllm_body["include_stop_str_in_output"] is True
+    trtllm_body = body_of("trtllm", req)
+    assert "max_tokens" not in trtllm_body and trtllm_body["include_stop_str_in_output"]
+    assert "include_stop_str_in_output" not in body_of("openai", req)
 
 
 @pytest.mark.parametrize("kind", ["openai", "vllm"])
