@@ -39,7 +39,7 @@ VLLM_OPTIONS: dict[str, params.Rule] = {
 VLLM_EXTRAS: dict[str, params.Rule] = {
     **openai.OPENAI_EXTRAS,
     **{name: Send() for name in (
-        "use_beam_search", "include_stop_str_in_output", "spaces_between_special_tokens",
+        "echo", "use_beam_search", "include_stop_str_in_output", "spaces_between_special_tokens",
         "allowed_token_ids", "bad_words", "early_stopping", "include_reasoning",
         "add_generation_prompt", "continue_final_message", "add_special_tokens", "documents",
         "chat_template", "chat_template_kwargs", "mm_processor_kwargs", "media_io_kwargs",
