@@ -7,8 +7,8 @@ own deterministic (greedy) answer; the simulator does the same by regenerating t
 the original prompt and skipping the tokens already given. A continuation runs clean of the
 stream fault directives its prompt still carries (`drop_after`, `hang_after`, `error_after`):
 the worker that died was the first one, and a gateway may have received fewer tokens than
-were sent before the cut (those in the same read as an error event), so the cut point cannot
-be counted from the text given back.
+were sent before the cut (bytes in flight are lost with a reset connection), so the cut point
+cannot be counted from the text given back.
 """
 
 from __future__ import annotations

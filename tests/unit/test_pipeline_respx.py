@@ -297,7 +297,7 @@ async def test_text_in_the_read_of_an_in_band_error_reaches_the_client_first() -
     with respx.mock(assert_all_called=False) as r:
         r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
             200, stream=httpx.ByteStream(body)))
-        resp = await call(r, {**CHAT, "stream": True})
+        resp = await call(r, {**CHAT, "stream": True}, make_config(failover_attempts=0))
     assert resp.status_code == 200
     events = [e for e in resp.text.split("\n\n") if e]
     assert '"content":"Hello"' in events[1]
