@@ -44,7 +44,7 @@ _FINGERPRINT = orjson.dumps(tgi.SYSTEM_FINGERPRINT)
 def placeholder(model: Any) -> bool:
     """Whether a chat request's `model` stands for the default model, the TGI client's way:
     none, "tgi" (text_generation's Client.chat) or "dummy" (huggingface_hub's InferenceClient)."""
-    return model is None or model in PLACEHOLDERS
+    return model is None or (isinstance(model, str) and model in PLACEHOLDERS)
 
 
 def chat_request(data: dict[str, Any]) -> canonical.InferenceRequest:
