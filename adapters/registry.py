@@ -93,5 +93,16 @@ STATUS_ROUTES: list[tuple[str, base.StatusRoute]] = [
     ("/ping", lmi.ping),  # LMI / SageMaker health check
 ]
 
+# The frontend whose error body each status route answers in (a missing API key, a bug), so
+# that a client reads a refusal of /v1/models or /info as it reads one of its inference routes.
+STATUS_ERRORS: dict[str, Callable[[], base.Frontend]] = {
+    "/v1/models": openai_frontend.OpenAICompletionsFrontend,
+    "/health": tgi.TgiFrontend,
+    "/": tgi.TgiFrontend,
+    "/info": tgi.TgiFrontend,
+    "/ping": lmi.LmiFrontend,
+}
+
+
 def backend(name: str) -> base.Backend:
     return BACKENDS[name]()

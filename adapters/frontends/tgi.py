@@ -13,8 +13,9 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from adapters import base, validation
+from adapters import base
 from adapters.frontends import tgi_encode as enc
+from adapters.frontends import tgi_extract
 from schemas import canonical, errors
 from schemas import tgi as wire
 
@@ -61,14 +62,11 @@ class TgiFrontend:
         self.mode: Final[Mode] = mode
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> TgiTranslator:
-        data = validation.load_object(body)
-        if data.get("parameters", 0) is None:
-            del data["parameters"]  # read as absent (TGI: default_parameters())
         if self.mode == "compat":
-            compat = validation.validate(wire.CompatGenerateRequest, data)
+            compat = tgi_extract.extract(body, ctx.headers, wire.CompatGenerateRequest)
             req, st = to_canonical(compat, bool(compat.stream), True)
         else:
-            raw = validation.validate(wire.GenerateRequest, data)
+            raw = tgi_extract.extract(body, ctx.headers, wire.GenerateRequest)
             req, st = to_canonical(raw, self.mode == "stream", False)
         return TgiTranslator(req, st, in_stream=self.mode == "stream")
 
