@@ -68,10 +68,6 @@ class OpenAICompletionsFrontend:
         return enc.render_error(exc)
 
 
-def render_error(exc: errors.GatewayError) -> base.Rendered:
-    return enc.render_error(exc)
-
-
 def models(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
     """GET /v1/models: every name and alias a client may send, in OpenAI's list shape."""
     data = [{"id": name, "object": "model", "created": view.started, "owned_by": "gateway"}

@@ -27,8 +27,9 @@ from adapters.frontends import openai_encode, openai_parse, tgi, tgi_encode
 from schemas import canonical, errors
 from schemas import events as ev
 
-# The model names TGI's clients send for "the one model" (SPEC.md, TGI front end); with no
-# name at all, they are the one place such names are resolved: to the default model.
+# The model names TGI's clients send for "the one model" (SPEC.md, TGI front end). Here is the
+# one place they (and a missing name) are resolved: to the default model, answered in TGI's
+# shape; the router knows real names and aliases only.
 PLACEHOLDERS = frozenset({"tgi", "dummy"})
 
 # FinishReason.format(true) (lib.rs): only eos_token becomes "stop"; TGI reports a tool call
