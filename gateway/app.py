@@ -17,11 +17,13 @@ from adapters import registry
 from gateway import (
     config,
     metrics,
+    observability,
     pipeline,
     resolver,
     routing,
     serving,
     supervisor,
+    tracing,
     upstream,
     version,
 )
@@ -36,11 +38,14 @@ def aiohttp_client(cfg: config.Config) -> upstream.UpstreamClient:
     return upstream.AiohttpClient(cfg.server.timeouts.connect)
 
 
-def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client) -> FastPaths:
-    """The gateway for `cfg`; `client_factory` makes the upstream client inside the loop."""
+def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client,
+              traces: tracing.Tracing | None = None) -> FastPaths:
+    """The gateway for `cfg`; `client_factory` makes the upstream client inside the loop;
+    `traces` (gateway.tracing) gives every request a span."""
     router = routing.Router(cfg)
     services = serving.Services(cfg, router, pipeline.Pipeline(_Unstarted(), cfg.server),
-                                keys=frozenset(cfg.server.api_keys))
+                                keys=frozenset(cfg.server.api_keys), tracing=traces)
+    metrics.declare(router)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -54,15 +59,20 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
             await workers.start()
             gc.collect()
             gc.freeze()  # what startup made lives for good; keep it out of every collection
+            observability.logger().info("ready", upstreams={
+                r.name: len(r.upstreams.all) for r in router.routes.values()})
             yield
         finally:
             dns.cancel()
             await workers.stop()
             await client.aclose()
+            if traces is not None:
+                traces.shutdown()
+            observability.logger().info("stop")
 
     started = int(time.time())
     routes: list[BaseRoute] = [
-        Route(path, serving.ProtocolEndpoint(make(), services), methods=["POST"])
+        Route(path, serving.ProtocolEndpoint(make(), services, path), methods=["POST"])
         for path, make in registry.INFERENCE_ROUTES]
     routes += [
         Route(path, serving.StatusEndpoint(answer, services, version.version(), started,

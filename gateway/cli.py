@@ -68,6 +68,17 @@ def check_config(path: str) -> int:
     return 0
 
 
+def _log_report(path: str, problems: list[str], warnings: list[str]) -> None:
+    """`serve`'s form of `_report`: JSON log events, like every other line it writes."""
+    from gateway import observability
+
+    log = observability.logger()
+    for text in warnings:
+        log.warning("config_warning", file=path, message=text)
+    for text in problems:
+        log.error("config_error", file=path, message=text)
+
+
 def _report(path: str, problems: list[str], warnings: list[str]) -> None:
     for text in warnings:
         print(f"{path}: warning: {text}", file=sys.stderr)
@@ -78,35 +89,38 @@ def _report(path: str, problems: list[str], warnings: list[str]) -> None:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway import app, config, observability
+    from gateway import app, config, observability, tracing
 
+    observability.configure(args.log_level)  # from here on, every line on stderr is JSON
+    log = observability.logger()
+    source = args.config or "config"
     warnings: list[str] = []
     try:
         cfg = config.load_config(args.config, os.environ, warnings)
     except config.ConfigError as exc:
-        _report(args.config or "config", exc.problems, warnings)
+        _log_report(source, exc.problems, warnings)
         return 1
-    _report(args.config or "config", [], warnings)
+    _log_report(source, [], warnings)
     server = cfg.server.model_copy(update={
         k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None})
     cfg = cfg.model_copy(update={"server": server})
-    observability.configure(args.log_level)
     # Fewer young-generation collections: a request allocates many short-lived containers
     # (the benchmark's profile showed the collector at 5% of the gateway's CPU).
     gc.set_threshold(20_000, 20, 20)
-    observability.logger().info("serving", host=server.host, port=server.port,
-                                models=[m.name for m in cfg.models], version=version.version())
-    try:
-        application = app.build_app(cfg)  # reads chat_template files: may find more errors
+    log.info("start", host=server.host, port=server.port, models=[m.name for m in cfg.models],
+             version=version.version())
+    try:  # build_app reads chat_template files: it may find more errors
+        application = app.build_app(cfg, traces=tracing.from_env(server.tracing, os.environ))
     except config.ConfigError as exc:
-        for problem in exc.problems:
-            print(f"{args.config or 'config'}: {problem}", file=sys.stderr)
+        _log_report(source, exc.problems, [])
         return 1
-    uvicorn.run(
+    # log_config=None: uvicorn's loggers keep the JSON handler observability.configure set.
+    observability.Server(uvicorn.Config(
         application, host=server.host, port=server.port, loop="uvloop",
-        http="httptools", lifespan="on", log_level="warning", access_log=False,
+        http="httptools", lifespan="on", log_level=args.log_level, log_config=None,
+        access_log=False,
         timeout_graceful_shutdown=round(server.drain_seconds),
-    )
+    )).run()
     return 0
 
 

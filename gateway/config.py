@@ -70,6 +70,9 @@ class ServerConfig(_Frozen):
     timeouts: Timeouts = Timeouts()
     retries: int = Field(2, ge=0, le=10)  # further attempts before the first byte
     drain_seconds: float = Field(30, ge=0)  # SIGTERM: time given to in-flight streams
+    # OpenTelemetry spans (the `otel` extra): auto = when OTEL_TRACES_EXPORTER or an
+    # OTEL_EXPORTER_OTLP_*ENDPOINT variable asks for an exporter (gateway/tracing.py).
+    tracing: Literal["auto", "on", "off"] = "auto"
 
 
 def _one_of(value: str, names: Mapping[str, object]) -> str:
@@ -91,6 +94,9 @@ class ModelFields(_Frozen):
     upstreams: tuple[BaseUrl, ...] = ()
     upstream_model: str | None = None
     chat_template: str | None = None
+    # A Hugging Face tokenizer.json, or a model directory holding one: token ids for clients
+    # whose format carries them when the worker gives none (gateway/tokenizer.py).
+    tokenizer: str | None = None
 
     @field_validator("backend")
     @classmethod

@@ -27,7 +27,6 @@ from adapters.frontends import elastic_parse as check
 from adapters.frontends.elastic_parse import CHAT_PARSER, COMPLETION_PARSER
 from schemas import canonical, errors
 from schemas import elastic as wire
-from schemas import events as ev
 
 # Completion task settings of Elasticsearch's services that mean something to the gateway:
 # openai's `user`, anthropic's sampling settings.
@@ -36,22 +35,25 @@ _TASK_SETTINGS = ("user", "temperature", "top_p", "top_k", "max_tokens")
 
 @dataclass(slots=True)
 class ChatTranslator:
-    """One unified chat completion, streamed in the framing of the gateway's `elastic` options."""
+    """One unified chat completion: streamed in the framing of the gateway's `elastic` options,
+    or (`stream` False) one JSON answer in the media type asked for."""
 
     request: canonical.InferenceRequest
-    framing: enc.Framing
+    state: enc.ElasticState
+    stream: bool = True
 
     def encoder(self, meta: base.ResponseMeta) -> base.StreamEncoder:
-        return enc.ChatStreamEncoder(meta, self.framing)
+        return enc.ChatStreamEncoder(meta, self.state.framing)
 
     def render(self, done: canonical.Completion, meta: base.ResponseMeta) -> base.Rendered:
-        """Never reached (every chat answer streams); kept whole for the Translator protocol."""
-        stream = enc.ChatStreamEncoder(meta, self.framing)
-        out = b"".join(stream.encode(e) for e in _events(done)) + stream.finish()
-        return base.Rendered(200, out, enc.SSE_MEDIA_TYPE, dict(enc.PRODUCT_HEADERS))
+        """The non-streaming chat completion (ChatCompletionChunkResponse, `message`)."""
+        return base.Rendered(200, orjson.dumps(enc.chat_body(done, meta)), self.state.media_type,
+                             dict(enc.PRODUCT_HEADERS))
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
-        return enc.render_stream_error(exc, self.framing, unified=True)
+        if not self.stream:
+            return enc.render_unified_json_error(exc)
+        return enc.render_stream_error(exc, self.state.framing, unified=True)
 
 
 @dataclass(slots=True)
@@ -77,21 +79,34 @@ class CompletionTranslator:
 
 class ElasticChatFrontend:
     """The unified chat completion API. `framing` frames the errors that come before a request
-    names its model (parse notes the request's own on a refusal: enc.EsNote)."""
+    names its model (parse notes the request's own on a refusal: enc.EsNote). `stream` False:
+    POST _inference/chat_completion/{id} without `_stream`, a whole JSON answer
+    (Elasticsearch 9.6, PR #158022)."""
 
-    def __init__(self, framing: enc.Framing = "documented"):
+    def __init__(self, framing: enc.Framing = "documented", stream: bool = True):
         self.framing: Final[enc.Framing] = framing
+        self.stream: Final = stream
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> ChatTranslator:
         name, framing = _inference_id(ctx)
         try:
-            return ChatTranslator(_chat_request(body, ctx, name), framing)
+            req = _chat_request(body, ctx, name, self.stream)
         except errors.GatewayError as exc:
             raise exc from enc.framed(exc, framing)
+        return ChatTranslator(req, enc.ElasticState(framing, _response_type(ctx)), self.stream)
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
+        if not self.stream:
+            return enc.render_unified_json_error(exc)
         framing = enc.refusal_framing(exc, self.framing)
         return enc.render_stream_error(exc, framing, unified=True)
+
+
+class ElasticChatWholeFrontend(ElasticChatFrontend):
+    """POST _inference/chat_completion/{id}: the non-streaming chat completion."""
+
+    def __init__(self) -> None:
+        super().__init__(stream=False)
 
 
 class ElasticCompletionFrontend:
@@ -124,8 +139,8 @@ class ElasticCompletionStreamFrontend(ElasticCompletionFrontend):
         super().__init__(stream=True)
 
 
-def _chat_request(body: bytes, ctx: base.RequestContext,
-                  name: str | None) -> canonical.InferenceRequest:
+def _chat_request(body: bytes, ctx: base.RequestContext, name: str | None,
+                  stream: bool) -> canonical.InferenceRequest:
     raw = check.load(wire.UnifiedRequest, body, ctx.headers, CHAT_PARSER)
     if not raw.messages:
         check.validation_failed("Field [messages] cannot be an empty array")
@@ -135,9 +150,9 @@ def _chat_request(body: bytes, ctx: base.RequestContext,
         sampling=canonical.Sampling(max_tokens=raw.max_completion_tokens,
                                     temperature=raw.temperature, top_p=raw.top_p,
                                     stop=list(raw.stop or [])),
-        # Seed 004: "only supports streaming"; Elasticsearch asks its provider for usage
-        # and ends with a usage chunk (OpenAiUnifiedChatCompletionRequestEntity).
-        stream=True, include_usage=True)
+        # Seed 004: the _stream and _unified routes stream; Elasticsearch asks its provider
+        # for usage and ends with a usage chunk (OpenAiUnifiedChatCompletionRequestEntity).
+        stream=stream, include_usage=True)
     if raw.tools:
         req.tools = [canonical.ToolSpec(t.function.name, t.function.description,
                                         t.function.parameters, t.function.strict)
@@ -241,21 +256,3 @@ def _response_type(ctx: base.RequestContext) -> str:
             return f"application/vnd.elasticsearch+json;compatible-with={version}" if version \
                 else "application/vnd.elasticsearch+json"
     return enc.JSON_MEDIA_TYPE
-
-
-def _events(done: canonical.Completion) -> list[ev.Event]:
-    """A folded answer as events again (render of a stream-only API)."""
-    out: list[ev.Event] = []
-    for c in done.choices:
-        out.append(ev.Role(c.index))
-        if c.reasoning:
-            out.append(ev.ReasoningDelta(c.index, c.reasoning))
-        if c.text:
-            out.append(ev.TextDelta(c.index, c.text))
-        out += [ev.ToolCallDelta(c.index, i, t.id, t.name, t.arguments)
-                for i, t in enumerate(c.tool_calls)]
-        if c.finish is not None:
-            out.append(c.finish)
-    if done.usage is not None:
-        out.append(done.usage)
-    return out

@@ -17,9 +17,10 @@ class ChatTranslator:
     """One chat completion answered in OpenAI's shape."""
 
     request: canonical.InferenceRequest
+    elasticsearch: bool = False  # from Elasticsearch's inference client (enc.from_elasticsearch)
 
     def encoder(self, meta: base.ResponseMeta) -> base.StreamEncoder:
-        return enc.ChatStreamEncoder(self.request, meta)
+        return enc.ChatStreamEncoder(self.request, meta, self.elasticsearch)
 
     def render(self, done: canonical.Completion, meta: base.ResponseMeta) -> base.Rendered:
         return base.Rendered(200, orjson.dumps(enc.chat_body(self.request, done, meta)))
@@ -52,7 +53,8 @@ class OpenAIChatFrontend:
         data = validation.load_object(body)
         if tgi_chat.placeholder(data.get("model")):
             return tgi_chat.ChatTranslator(tgi_chat.chat_request(data))
-        return ChatTranslator(openai_parse.chat_request(data))
+        return ChatTranslator(openai_parse.chat_request(data),
+                              elasticsearch=enc.from_elasticsearch(ctx.headers))
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
         return enc.render_error(exc)

@@ -46,6 +46,7 @@ BODIES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     "/_inference/{id}/_stream": ({"messages": MSGS}, {"id": "demo"}),
     "/_inference/chat_completion/{id}/_unified": ({"messages": MSGS}, {"id": "demo"}),
     "/_inference/chat_completion/{id}/_stream": ({"messages": MSGS}, {"id": "demo"}),
+    "/_inference/chat_completion/{id}": ({"messages": MSGS}, {"id": "demo"}),
     "/_inference/completion/{id}": ({"input": "Hi"}, {"id": "demo"}),
     "/_inference/completion/{id}/_stream": ({"input": "Hi"}, {"id": "demo"}),
     "/invocations": ({"messages": MSGS}, {}),
