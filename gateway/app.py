@@ -17,6 +17,7 @@ from adapters import registry
 from gateway import (
     config,
     health,
+    hooks,
     metrics,
     observability,
     pipeline,
@@ -43,8 +44,10 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
               traces: tracing.Tracing | None = None) -> FastPaths:
     """The gateway for `cfg`; `client_factory` makes the upstream client inside the loop;
     `traces` (gateway.tracing) gives every request a span."""
-    router = routing.Router(cfg)
-    services = serving.Services(cfg, router, pipeline.Pipeline(_Unstarted(), cfg.server),
+    router = routing.Router(cfg, hooks.Events())
+    flow = pipeline.Pipeline(_Unstarted(), cfg.server)
+    flow.on_failover = hooks.failover
+    services = serving.Services(cfg, router, flow,
                                 keys=frozenset(cfg.server.api_keys), tracing=traces)
     metrics.declare(router)
 

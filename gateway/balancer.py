@@ -24,10 +24,10 @@ import itertools
 import random
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
-from gateway import affinity, config, hooks
+from gateway import affinity, config
 
 Policy = Literal["least_request", "round_robin", "prefix"]
 
@@ -43,6 +43,29 @@ def dns_name(url: str) -> str | None:
     except ValueError:
         return host
     return None
+
+
+class Listener(Protocol):
+    """Told when an upstream leaves or rejoins rotation (gateway.hooks: logs and metrics)."""
+
+    def ejected(self, model: str, url: str, backoff: float) -> None: ...
+
+    def restored(self, model: str, url: str) -> None: ...
+
+    def probe_changed(self, model: str, url: str, ok: bool) -> None: ...
+
+
+class Quiet:
+    """A listener that does nothing (unit tests, tools)."""
+
+    def ejected(self, model: str, url: str, backoff: float) -> None:
+        return None
+
+    def restored(self, model: str, url: str) -> None:
+        return None
+
+    def probe_changed(self, model: str, url: str, ok: bool) -> None:
+        return None
 
 
 @dataclass(slots=True)
@@ -68,7 +91,8 @@ class Upstreams:
 
     def __init__(self, static: tuple[str, ...] = (), policy: Policy = "round_robin",
                  health: config.HealthConfig | None = None,
-                 clock: affinity.Clock = time.monotonic, model: str = ""):
+                 clock: affinity.Clock = time.monotonic, model: str = "",
+                 listener: Listener | None = None):
         self._static = list(static)
         self._resolved: dict[str, list[str]] = {}
         self._managed: list[str] = []
@@ -80,7 +104,8 @@ class Upstreams:
         self.health: dict[str, Health] = {}
         self.ring = affinity.Ring()
         self.clock = clock
-        self.model = model  # for the events it reports (gateway.hooks)
+        self.model = model  # for the events it reports
+        self.listener: Listener = listener or Quiet()
         self._rebuild()
 
     @property
@@ -182,7 +207,7 @@ class Upstreams:
         h = self.health.get(url)
         if h is not None:
             if h.ejected_until:
-                hooks.restored(self.model, url)
+                self.listener.restored(self.model, url)
             h.failures, h.ejected_until, h.backoff, h.trial = 0, 0.0, 0.0, False
 
     def failed(self, url: str) -> bool:
@@ -200,14 +225,14 @@ class Upstreams:
             return False
         h.trial = False
         h.ejected_until = self.clock() + h.backoff
-        hooks.ejected(self.model, url, h.backoff)
+        self.listener.ejected(self.model, url, h.backoff)
         return True
 
     def probed(self, url: str, ok: bool) -> None:
         h = self.health.get(url)
         if h is not None:
             if h.probe_ok != ok:
-                hooks.probe_changed(self.model, url, ok)
+                self.listener.probe_changed(self.model, url, ok)
             h.probe_ok = ok
 
     def loaded(self, url: str, queued: float) -> None:

@@ -1,5 +1,7 @@
 """Routing events (ejection, recovery, failover) as small functions: logged here and counted
-by gateway.metrics, so the routing code names no metric."""
+by gateway.metrics, so the routing code names no metric. The app hands them to the balancer
+(as its `Listener`) and the pipeline (`on_failover`): imported by neither, so no import circle
+runs through the metrics and logs modules."""
 
 from __future__ import annotations
 
@@ -32,3 +34,11 @@ def failover(model: str, failed: str, to: str | None, tokens_so_far: int) -> Non
         metrics.failover(model, to)
     observability.logger().warning("stream_failover", model=model, upstream=failed,
                                    continued=to is not None, to=to, tokens_so_far=tokens_so_far)
+
+
+class Events:
+    """These functions as the balancer's `Listener`."""
+
+    ejected = staticmethod(ejected)
+    restored = staticmethod(restored)
+    probe_changed = staticmethod(probe_changed)

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import tenacity
 
 from adapters import base
-from gateway import affinity, balancer, config, hooks, routing, upstream
+from gateway import affinity, balancer, config, routing, upstream
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -90,6 +90,8 @@ class Pipeline:
         self.timeouts = server.timeouts
         self.retries = server.retries
         self.failover_attempts = server.failover_attempts
+        # (model, failed upstream, upstream continuing or None, tokens so far): gateway.hooks
+        self.on_failover: Callable[[str, str, str | None, int], None] = lambda *_: None
 
     async def open(self, route: routing.Route, req: canonical.InferenceRequest,
                    request_id: str, note: Attempt, avoid: str | None = None) -> Opened:
@@ -224,9 +226,9 @@ class Pipeline:
         try:
             opened = await self.open(job.route, cont, job.request_id, job.note, avoid=failed)
         except errors.GatewayError:
-            hooks.failover(job.route.name, failed, None, seen.tokens)
+            self.on_failover(job.route.name, failed, None, seen.tokens)
             raise cause from None
-        hooks.failover(job.route.name, failed, opened.url, seen.tokens)
+        self.on_failover(job.route.name, failed, opened.url, seen.tokens)
         seen.continued()
         return opened
 
