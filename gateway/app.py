@@ -36,8 +36,11 @@ def aiohttp_client(cfg: config.Config) -> upstream.UpstreamClient:
     return upstream.AiohttpClient(cfg.server.timeouts.connect)
 
 
-def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client) -> FastPaths:
-    """The gateway for `cfg`; `client_factory` makes the upstream client inside the loop."""
+def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client,
+              manage_workers: bool = True) -> FastPaths:
+    """The gateway for `cfg`; `client_factory` makes the upstream client inside the loop.
+    `manage_workers=False` (a serving process of several): the managed workers are run by the
+    parent process, and this one only gates them into rotation by their health."""
     router = routing.Router(cfg)
     services = serving.Services(cfg, router, pipeline.Pipeline(_Unstarted(), cfg.server),
                                 keys=frozenset(cfg.server.api_keys))
@@ -51,7 +54,7 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
         sets = [r.upstreams for r in router.routes.values() if r.upstreams.to_resolve]
         dns = asyncio.ensure_future(resolver.refresh_forever(sets, DNS_REFRESH_SECONDS))
         try:
-            await workers.start()
+            await workers.start(manage=manage_workers)
             gc.collect()
             gc.freeze()  # what startup made lives for good; keep it out of every collection
             yield

@@ -24,6 +24,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="YAML config file (default: the embedded demo config)")
     serve.add_argument("--host", help="listen address (overrides server.host)")
     serve.add_argument("--port", type=int, help="listen port (overrides server.port)")
+    serve.add_argument("--workers", type=workers_arg,
+                       help="serving processes on the port: N or auto (overrides server.workers)")
     serve.add_argument("--log-level", default="info",
                        choices=["debug", "info", "warning", "error"])
 
@@ -37,6 +39,15 @@ def parser() -> argparse.ArgumentParser:
 
     simulator.add_arguments(sim)
     return p
+
+
+def workers_arg(text: str) -> int | str:
+    """`auto` or a positive count."""
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a positive number nor auto")
+    return int(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,9 +76,7 @@ def check_config(path: str) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gateway import app, config, observability
+    from gateway import app, config, observability, processes
 
     try:
         cfg = config.load_config(args.config, os.environ)
@@ -76,25 +85,26 @@ def serve(args: argparse.Namespace) -> int:
             print(f"{args.config or 'config'}: {problem}", file=sys.stderr)
         return 1
     server = cfg.server.model_copy(update={
-        k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None})
+        k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers))
+        if v is not None})
     cfg = cfg.model_copy(update={"server": server})
     observability.configure(args.log_level)
     # Fewer young-generation collections: a request allocates many short-lived containers
     # (the benchmark's profile showed the collector at 5% of the gateway's CPU).
     gc.set_threshold(20_000, 20, 20)
+    count = processes.count(server.workers)
     observability.logger().info("serving", host=server.host, port=server.port,
-                                models=[m.name for m in cfg.models], version=version.version())
+                                models=[m.name for m in cfg.models], version=version.version(),
+                                processes=count)
     try:
         application = app.build_app(cfg)  # reads chat_template files: may find more errors
     except config.ConfigError as exc:
         for problem in exc.problems:
             print(f"{args.config or 'config'}: {problem}", file=sys.stderr)
         return 1
-    uvicorn.run(
-        application, host=server.host, port=server.port, loop="uvloop",
-        http="httptools", lifespan="on", log_level="warning", access_log=False,
-        timeout_graceful_shutdown=round(server.drain_seconds),
-    )
+    if count > 1:
+        return processes.serve(cfg, count, args.log_level)
+    processes.server(application, server).run()
     return 0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -36,6 +36,8 @@ class ServerConfig(_Frozen):
     timeouts: Timeouts = Timeouts()
     retries: int = Field(2, ge=0, le=10)  # further attempts before the first byte
     drain_seconds: float = Field(30, ge=0)  # SIGTERM: time given to in-flight streams
+    # serving processes on the one port; "auto": one per CPU this process may run on
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
 
 
 class LmiConfig(_Frozen):

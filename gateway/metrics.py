@@ -4,9 +4,11 @@ the inter-token latency observed is the request's mean gap between upstream read
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import prometheus_client as prom
+from prometheus_client import multiprocess
 
 if TYPE_CHECKING:
     from gateway.exchange import Exchange
@@ -29,7 +31,7 @@ TOKENS_IN = prom.Counter("gateway_prompt_tokens", "Prompt tokens", ["model"], re
 TOKENS_OUT = prom.Counter("gateway_completion_tokens", "Completion tokens", ["model"],
                           registry=REGISTRY)
 UPSTREAMS = prom.Gauge("gateway_upstreams_healthy", "Upstreams in rotation", ["model"],
-                       registry=REGISTRY)
+                       registry=REGISTRY, multiprocess_mode="mostrecent")
 
 
 def record(x: Exchange, ended: float) -> None:
@@ -50,7 +52,22 @@ def record(x: Exchange, ended: float) -> None:
 def exposition(router: Router) -> bytes:
     for route in router.routes.values():
         UPSTREAMS.labels(route.name).set(len(route.upstreams.all))
-    return bytes(prom.generate_latest(REGISTRY))
+    return bytes(prom.generate_latest(collected()))
+
+
+def collected() -> prom.CollectorRegistry:
+    """This process's registry; with several serving processes (`server.workers`), every
+    process's samples summed from the directory that prometheus_client's multiprocess mode
+    writes (the parent sets PROMETHEUS_MULTIPROC_DIR before they start)."""
+    path = os.environ.get(MULTIPROC_ENV)
+    if not path:
+        return REGISTRY
+    merged = prom.CollectorRegistry()
+    multiprocess.MultiProcessCollector(merged, path)  # type: ignore[no-untyped-call]
+    return merged
+
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 CONTENT_TYPE = prom.CONTENT_TYPE_LATEST
