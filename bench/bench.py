@@ -499,8 +499,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"comma list of {', '.join(CASES)}")
     p.add_argument("--targets", default="direct,nginx,gateway",
                    help="comma list of direct, nginx, gateway")
-    p.add_argument("--client", default="aiohttp",
-                   help="the gateway's upstream client(s): comma list of aiohttp, httpx")
+    p.add_argument("--client", default="http1",
+                   help="the gateway's upstream client(s): comma list of http1, aiohttp, httpx")
     p.add_argument("--server", default="uvicorn",
                    help="the gateway's ASGI server(s): comma list of uvicorn, granian")
     p.add_argument("--logs", choices=["on", "off", "both"], default="on",
@@ -531,7 +531,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if c not in CASES:
             p.error(f"unknown case {c!r}")
     for c in args.clients:
-        if c not in ("aiohttp", "httpx"):
+        if c not in ("http1", "aiohttp", "httpx"):
             p.error(f"unknown client {c!r}")
     for s in args.servers:
         if s not in ("uvicorn", "granian"):

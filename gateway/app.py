@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from adapters import registry
 from gateway import (
     config,
+    http1,
     metrics,
     pipeline,
     resolver,
@@ -32,11 +33,11 @@ DNS_REFRESH_SECONDS = 5.0
 ClientFactory = Callable[[config.Config], upstream.UpstreamClient]
 
 
-def aiohttp_client(cfg: config.Config) -> upstream.UpstreamClient:
-    return upstream.AiohttpClient(cfg.server.timeouts.connect)
+def http1_client(cfg: config.Config) -> upstream.UpstreamClient:
+    return http1.Http1Client(cfg.server.timeouts.connect)
 
 
-def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client,
+def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
               manage_workers: bool = True) -> FastPaths:
     """The gateway for `cfg`; `client_factory` makes the upstream client inside the loop.
     `manage_workers=False` (a serving process of several): the managed workers are run by the

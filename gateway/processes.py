@@ -29,7 +29,7 @@ from typing import Any
 
 import uvicorn
 
-from gateway import config, metrics, observability, routing, supervisor, upstream
+from gateway import config, http1, metrics, observability, routing, supervisor
 
 RESTART_SECONDS = 1.0  # before a serving process that died is started again
 BACKLOG = 2048  # uvicorn's own default
@@ -99,7 +99,7 @@ async def _parent(cfg: config.Config, socks: list[socket.socket], log_level: str
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    client = upstream.AiohttpClient(cfg.server.timeouts.connect)
+    client = http1.Http1Client(cfg.server.timeouts.connect)
     workers = supervisor.Supervisor(cfg, routing.Router(cfg), client)
     try:
         await workers.start()
