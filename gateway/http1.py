@@ -38,6 +38,7 @@ class Connection(asyncio.Protocol):
         self.chunks: list[bytes] = []
         self.buffered = 0
         self.complete = False
+        self.keep_alive = False
         self.error: str | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.paused = False
@@ -78,6 +79,7 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        self.keep_alive = self.parser.should_keep_alive()  # reset once this callback returns
         self.complete = True
         self._wake()
 
@@ -110,6 +112,7 @@ class Connection(asyncio.Protocol):
         self.chunks.clear()
         self.buffered = 0
         self.complete = False
+        self.keep_alive = False
         self.used += 1
 
 
@@ -152,7 +155,7 @@ class Http1Response:
 
     async def aclose(self) -> None:
         conn = self._conn
-        if conn.complete and conn.reusable() and conn.parser.should_keep_alive():
+        if conn.complete and conn.keep_alive and conn.reusable():
             self._pool.release(conn)
         else:
             conn.close()
