@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 import structlog
@@ -19,7 +20,7 @@ _log: Any = structlog.get_logger("gateway")
 
 
 def configure(level: str = "info") -> None:
-    """JSON lines on stderr via orjson; called once by the CLI."""
+    """JSON lines on stderr via orjson; called once by the CLI (request lines: `RequestLines`)."""
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -33,6 +34,58 @@ def configure(level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
+    global _lines
+    _lines = RequestLines(sys.stderr) if level in ("debug", "info") else None
+
+
+class RequestLines:
+    """The per-request line, as structlog's chain above would render it, but made by one
+    `orjson.dumps` and written once per event-loop turn for all the requests that ended in it:
+    the benchmark's profile showed structlog's processors and a write per request at 8 % of
+    the gateway's CPU for whole answers."""
+
+    def __init__(self, out: IO[str]):
+        self.out = out.buffer if hasattr(out, "buffer") else None
+        self.text = out
+        self.pending: list[bytes] = []
+        self._second = -1
+        self._stamp = ""
+
+    def add(self, fields: dict[str, Any]) -> None:
+        fields.update(structlog.contextvars.get_contextvars())
+        fields["event"] = "request"
+        fields["level"] = "info"
+        fields["timestamp"] = self.timestamp()
+        if not self.pending:
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no loop: write now
+                self.pending.append(orjson.dumps(fields) + b"\n")
+                self.flush()
+                return
+        self.pending.append(orjson.dumps(fields) + b"\n")
+
+    def timestamp(self) -> str:
+        """ISO 8601 in UTC with microseconds, as structlog's TimeStamper(fmt="iso", utc=True)."""
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._stamp}.{int((now - second) * 1e6):06d}Z"
+
+    def flush(self) -> None:
+        data = b"".join(self.pending)
+        self.pending.clear()
+        if self.out is not None:
+            self.out.write(data)
+            self.out.flush()
+        else:
+            self.text.write(data.decode())
+            self.text.flush()
+
+
+_lines: RequestLines | None = None
 
 
 def logger() -> Any:
@@ -58,7 +111,10 @@ def log_exchange(x: Exchange) -> None:
         fields["error"] = x.error
     if x.note.errors:
         fields["upstream_errors"] = x.note.errors
-    _log.info("request", **fields)
+    if _lines is not None:
+        _lines.add(fields)
+    else:  # not configured by the CLI (tests): structlog as set up there
+        _log.info("request", **fields)
 
 
 def log_bug(request_id: str, exc: BaseException) -> None:
