@@ -134,6 +134,21 @@ class Backend(Protocol):
 
 
 @dataclass(slots=True, frozen=True)
+class WorkerKind:
+    """A kind of managed worker: its command line, with `{python}` (this interpreter),
+    `{model}` (the upstream model name), `{host}` and `{port}` filled in when started; the
+    worker protocol it speaks; and whether it starts fast enough that serving waits for it."""
+
+    command: tuple[str, ...]
+    protocol: str
+    starts_fast: bool = False
+
+    def argv(self, *, python: str, model: str, host: str, port: int) -> list[str]:
+        values = {"python": python, "model": model, "host": host, "port": str(port)}
+        return [part.format_map(values) for part in self.command]
+
+
+@dataclass(slots=True, frozen=True)
 class ModelView:
     """What status routes may say about one model."""
 

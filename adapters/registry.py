@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
+from pydantic import BaseModel
+
+import simulator.worker
 from adapters import base
 from adapters.backends import openai as openai_backend
 from adapters.backends import tgi as tgi_backend
 from adapters.backends import triton, trtllm, vllm
 from adapters.frontends import elastic, lmi, tgi, tgi_chat
 from adapters.frontends import openai as openai_frontend
+from adapters.workers import trtllm as trtllm_worker
+from adapters.workers import vllm as vllm_worker
+from schemas import elastic as elastic_schema
+from schemas import lmi as lmi_schema
+from schemas import openai as openai_schema
 
 BACKENDS: dict[str, type[base.Backend]] = {
     "vllm": vllm.VllmBackend,
@@ -18,6 +27,40 @@ BACKENDS: dict[str, type[base.Backend]] = {
     "trtllm": trtllm.TrtllmBackend,
     "triton": triton.TritonBackend,
     "tgi": tgi_backend.TgiBackend,
+}
+
+SUMMARY = ("An LLM inference gateway: OpenAI, LMI/SageMaker, TGI and Elastic clients in front of "
+           "vLLM, TensorRT-LLM, TGI and OpenAI-compatible workers.")
+
+# The worker protocol of a model that names none.
+DEFAULT_BACKEND = "vllm"
+
+# Managed worker kinds (`workers[].kind`), their command lines declared in their own modules.
+WORKER_KINDS: dict[str, base.WorkerKind] = {
+    "vllm": vllm_worker.WORKER,
+    "trtllm": trtllm_worker.WORKER,
+    "simulator": base.WorkerKind(simulator.worker.COMMAND, simulator.worker.PROTOCOL,
+                                 simulator.worker.STARTS_FAST),
+}
+
+# Options a protocol declares: per model (`models[].<key>`) and gateway-wide (`<key>`); the
+# gateway's config schema is assembled from these (gateway/config.py).
+MODEL_OPTIONS: dict[str, type[BaseModel]] = {"lmi": lmi_schema.LmiOptions}
+GATEWAY_OPTIONS: dict[str, type[BaseModel]] = {"elastic": elastic_schema.ElasticOptions}
+
+# `Authorization: <scheme> <key>` schemes the clients of the front ends send.
+AUTH_SCHEMES = frozenset({openai_schema.AUTH_SCHEME, elastic_schema.AUTH_SCHEME})
+
+# Status routes that stay open when API keys are set: the health checks of orchestrators and
+# load balancers (TGI's and vLLM's /health, SageMaker's /ping; SPEC.md server.api_keys).
+OPEN_STATUS_ROUTES = frozenset({"/health", "/ping"})
+
+# The embedded default config (`gateway serve` without --config): model `demo` served by a
+# managed simulator on a free loopback port.
+DEFAULT_CONFIG: dict[str, Any] = {
+    "default_model": "demo",
+    "models": [{"name": "demo", "backend": simulator.worker.PROTOCOL}],
+    "workers": [{"kind": "simulator", "model": "demo", "port": 0}],
 }
 
 # Inference routes (POST): path (Starlette syntax) -> the frontend that serves it.

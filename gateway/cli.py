@@ -12,9 +12,11 @@ from gateway import version
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gateway", description=(
-        "An LLM inference gateway: OpenAI, LMI/SageMaker, TGI and Elastic clients in front of "
-        "vLLM, TensorRT-LLM, TGI and OpenAI-compatible workers."))
+    from adapters import registry
+    from simulator import server as simulator
+    from simulator import worker
+
+    p = argparse.ArgumentParser(prog="gateway", description=registry.SUMMARY)
     p.add_argument("--version", action="version", version=f"gateway {version.version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -34,9 +36,7 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("file")
 
     sim = sub.add_parser("simulate", help="run the simulator worker on its own",
-                         description="Run the simulator: a worker speaking vLLM's OpenAI API.")
-    from simulator import server as simulator
-
+                         description=worker.SUMMARY)
     simulator.add_arguments(sim)
     return p
 

@@ -8,10 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from adapters import registry
 
 ENV_PREFIX = "GATEWAY_"
 
@@ -40,19 +51,34 @@ class ServerConfig(_Frozen):
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
 
 
-class LmiConfig(_Frozen):
-    tgi_compat: bool = False
-    output_formatter: Literal["jsonlines", "sse"] = "jsonlines"
+def _one_of(value: str, names: Mapping[str, object]) -> str:
+    """A name the registry knows, refused in the words pydantic uses for a Literal."""
+    if value not in names:
+        *rest, last = (repr(n) for n in names)
+        raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                  {"expected": f"{', '.join(rest)} or {last}"})
+    return value
 
 
-class ModelConfig(_Frozen):
+class ModelFields(_Frozen):
+    """A model's own settings; the protocols' per-model options (registry.MODEL_OPTIONS) are
+    added to these in `ModelConfig`."""
+
     name: str = Field(min_length=1)
     aliases: tuple[str, ...] = ()
-    backend: Literal["vllm", "trtllm", "triton", "tgi", "openai"] = "vllm"
+    backend: str = registry.DEFAULT_BACKEND  # a worker protocol (registry.BACKENDS)
     upstreams: tuple[str, ...] = ()
     upstream_model: str | None = None
     chat_template: str | None = None
-    lmi: LmiConfig = LmiConfig()
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        return _one_of(v, registry.BACKENDS)
+
+    def protocol_options(self) -> dict[str, BaseModel]:
+        """The protocols' options sections of this model, by key."""
+        return {key: getattr(self, key) for key in registry.MODEL_OPTIONS}
 
     @field_validator("upstreams")
     @classmethod
@@ -63,12 +89,8 @@ class ModelConfig(_Frozen):
         return tuple(u.rstrip("/") for u in v)
 
 
-class ElasticConfig(_Frozen):
-    framing: Literal["documented", "server"] = "documented"
-
-
 class WorkerConfig(_Frozen):
-    kind: Literal["vllm", "trtllm", "simulator"]
+    kind: str  # a managed worker kind (registry.WORKER_KINDS)
     model: str
     port: int = Field(0, ge=0, le=65535)  # 0: a free loopback port
     host: str = "127.0.0.1"
@@ -78,16 +100,27 @@ class WorkerConfig(_Frozen):
     startup_timeout: float = Field(600, gt=0)
     restart: Literal["always", "on-failure", "never"] = "always"
 
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        return _one_of(v, registry.WORKER_KINDS)
 
-class Config(_Frozen):
+
+class ConfigFields(_Frozen):
+    """The gateway's own settings; the protocols' gateway-wide options
+    (registry.GATEWAY_OPTIONS) are added to these in `Config`."""
+
     server: ServerConfig = ServerConfig()
     default_model: str | None = None
-    models: tuple[ModelConfig, ...] = ()
-    elastic: ElasticConfig = ElasticConfig()
+    models: tuple[ModelFields, ...] = ()
     workers: tuple[WorkerConfig, ...] = ()
 
+    def protocol_options(self) -> dict[str, BaseModel]:
+        """The protocols' gateway-wide options sections, by key."""
+        return {key: getattr(self, key) for key in registry.GATEWAY_OPTIONS}
+
     @model_validator(mode="after")
-    def _references(self) -> Config:
+    def _references(self) -> ConfigFields:
         names: dict[str, int] = {}
         for i, m in enumerate(self.models):
             for name in (m.name, *m.aliases):
@@ -103,6 +136,23 @@ class Config(_Frozen):
         return self
 
 
+def _with_options(base: type[_Frozen], options: Mapping[str, type[BaseModel]],
+                  **fields: Any) -> Any:
+    """`base` with one field per protocol options section, each defaulting to its defaults."""
+    sections: dict[str, Any] = {key: (model, model()) for key, model in options.items()}
+    return create_model(base.__name__.replace("Fields", "Config"), __base__=base,
+                        __module__=__name__, **sections, **fields)
+
+
+if TYPE_CHECKING:
+    ModelConfig = ModelFields
+    Config = ConfigFields
+else:
+    ModelConfig = _with_options(ModelFields, registry.MODEL_OPTIONS)
+    Config = _with_options(ConfigFields, registry.GATEWAY_OPTIONS,
+                           models=(tuple[ModelConfig, ...], ()))
+
+
 class ConfigError(Exception):
     """Every problem found, each with its location."""
 
@@ -112,12 +162,8 @@ class ConfigError(Exception):
 
 
 def default_config() -> Config:
-    """The embedded default: model `demo` served by a managed simulator on a free port."""
-    return Config(
-        default_model="demo",
-        models=(ModelConfig(name="demo", backend="vllm"),),
-        workers=(WorkerConfig(kind="simulator", model="demo", port=0),),
-    )
+    """The embedded default (registry.DEFAULT_CONFIG)."""
+    return Config.model_validate(registry.DEFAULT_CONFIG)
 
 
 def load_config(path: str | Path | None, environ: Mapping[str, str]) -> Config:

@@ -130,7 +130,8 @@ class ServingProcess:
         log = observability.logger()
         while not stop.is_set():
             self.proc = multiprocessing.get_context("spawn").Process(
-                target=run_child, args=(self.cfg, self.sock, self.log_level), daemon=False)
+                target=run_child, args=(self.cfg.model_dump(mode="json"), self.sock,
+                                        self.log_level), daemon=False)
             self.proc.start()
             await _exited(self.proc)
             if stop.is_set():
@@ -162,9 +163,11 @@ async def _exited(proc: BaseProcess) -> None:
     proc.join()
 
 
-def run_child(cfg: config.Config, sock: socket.socket, log_level: str) -> None:
-    """A serving process: the gateway app on the inherited socket, workers gated by health."""
+def run_child(raw: dict[str, Any], sock: socket.socket, log_level: str) -> None:
+    """A serving process: the gateway app on the inherited socket, workers gated by health.
+    The config travels as its JSON form (the assembled config classes do not pickle)."""
     supervisor.die_with_parent()
+    cfg = config.Config.model_validate(raw)
     import structlog
 
     from gateway import app

@@ -51,9 +51,10 @@ class Router:
         self.routes: dict[str, Route] = {}
         self._by_name: dict[str, Route] = {}
         for i, m in enumerate(cfg.models):
-            options = {"name": m.name, "lmi": m.lmi.model_dump(),
-                       "chat_template": chat_template_text(m.chat_template, i),
-                       "elastic": cfg.elastic.model_dump()}
+            options: dict[str, Any] = {
+                "name": m.name, "chat_template": chat_template_text(m.chat_template, i),
+                **{k: v.model_dump() for k, v in m.protocol_options().items()},
+                **{k: v.model_dump() for k, v in cfg.protocol_options().items()}}
             route = Route(m, registry.backend(m.backend), balancer.Upstreams(m.upstreams),
                           options)
             self.routes[m.name] = route

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters import base
+from adapters import base, registry
 from gateway import config, exchange, observability, pipeline, routing
 from schemas import canonical, errors
 from schemas import events as ev
@@ -206,12 +206,13 @@ async def read_body(receive: Receive, headers: dict[str, str], server: config.Se
 
 
 def check_key(keys: frozenset[str], headers: dict[str, str]) -> None:
-    """`Authorization: Bearer K` (or Elastic's `ApiKey K`) or `x-api-key: K` when keys are set."""
+    """`Authorization: <scheme> K` (a scheme of registry.AUTH_SCHEMES) or `x-api-key: K`,
+    when keys are set."""
     if not keys:
         return
     auth = headers.get("authorization", "")
     scheme, _, token = auth.partition(" ")
-    if scheme.lower() in ("bearer", "apikey") and token.strip() in keys:
+    if scheme.lower() in registry.AUTH_SCHEMES and token.strip() in keys:
         return
     if headers.get("x-api-key", "") in keys:
         return
@@ -259,5 +260,5 @@ class StatusEndpoint:
 
 
 def _guarded(path: str) -> bool:
-    """Health and metrics stay open when API keys are set (SPEC.md, server.api_keys)."""
-    return path not in ("/health", "/ping", "/metrics")
+    """Health checks and metrics stay open when API keys are set (SPEC.md, server.api_keys)."""
+    return path not in registry.OPEN_STATUS_ROUTES and path != "/metrics"

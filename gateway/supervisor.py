@@ -21,6 +21,7 @@ import time
 
 import tenacity
 
+from adapters import registry
 from gateway import config, observability, routing, upstream
 
 _PR_SET_PDEATHSIG = 1
@@ -53,6 +54,7 @@ class ManagedWorker:
         self.client = client
         self.port = cfg.port or free_port(cfg.host)
         self.url = f"http://{cfg.host}:{self.port}"
+        self.kind = registry.WORKER_KINDS[cfg.kind]
         self.proc: asyncio.subprocess.Process | None = None
         self.healthy = asyncio.Event()
         self.restarts = 0
@@ -60,16 +62,9 @@ class ManagedWorker:
         self._log = observability.logger().bind(worker=cfg.kind, model=cfg.model, port=self.port)
 
     def command(self) -> list[str]:
-        """The real command line of this kind of worker."""
-        host, port = self.cfg.host, str(self.port)
-        if self.cfg.kind == "simulator":
-            return [sys.executable, "-m", "simulator", "--host", host, "--port", port,
-                    "--model-name", self.route.upstream_model, *self.cfg.args]
-        if self.cfg.kind == "vllm":
-            return ["vllm", "serve", self.route.upstream_model, "--host", host, "--port", port,
-                    *self.cfg.args]
-        return ["trtllm-serve", self.route.upstream_model, "--host", host, "--port", port,
-                *self.cfg.args]
+        """The real command line of this kind of worker (registry.WORKER_KINDS)."""
+        return [*self.kind.argv(python=sys.executable, model=self.route.upstream_model,
+                                host=self.cfg.host, port=self.port), *self.cfg.args]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -183,14 +178,16 @@ class Supervisor:
                         for w in cfg.workers]
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def start(self, wait_for_simulators: float = 20.0, manage: bool = True) -> None:
-        """Run the workers (`manage`), or only gate them by health where another process
-        runs them (a serving process of several)."""
+    async def start(self, wait_for_fast: float = 20.0, manage: bool = True) -> None:
+        """Start every worker (`manage`), or only gate them by health where another process
+        runs them (a serving process of several); wait (bounded) for those that start fast,
+        so that the first requests find them (a GPU worker may load for minutes: serving does
+        not wait)."""
         self._tasks = [asyncio.ensure_future(w.run() if manage else w.watch())
                        for w in self.workers]
-        quick = [w.healthy.wait() for w in self.workers if w.cfg.kind == "simulator"]
+        quick = [w.healthy.wait() for w in self.workers if w.kind.starts_fast]
         if quick:
-            await asyncio.wait_for(asyncio.gather(*quick), wait_for_simulators)
+            await asyncio.wait_for(asyncio.gather(*quick), wait_for_fast)
 
     async def stop(self, grace: float = 10.0) -> None:
         await asyncio.gather(*(w.stop(grace) for w in self.workers))

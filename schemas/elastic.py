@@ -220,3 +220,16 @@ class SimpleError(_Strict):
 
     error: str
     status: int
+
+
+class ElasticOptions(BaseModel):
+    """`elastic:` (gateway-wide): `documented` frames streams as seed 004 shows them,
+    `server` as Elasticsearch itself writes them (SPEC.md, where the sources disagree)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    framing: Literal["documented", "server"] = "documented"
+
+
+# Authorization header scheme of Elasticsearch's API keys (`Authorization: ApiKey K`).
+AUTH_SCHEME = "apikey"

@@ -223,3 +223,12 @@ class ChatCompletionChunk(_Closed):
     object: Literal["chat.completion.chunk"]
     created: int
     choices: list[ChatStreamChoice]
+
+
+class LmiOptions(BaseModel):
+    """`models[].lmi`: how LMI-style answers of one model are framed (SPEC.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tgi_compat: bool = False
+    output_formatter: Literal["jsonlines", "sse"] = "jsonlines"

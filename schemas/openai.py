@@ -261,3 +261,8 @@ class Model(_Closed):
 class ModelList(_Closed):
     object: Literal["list"] = "list"
     data: list[Model]
+
+
+# Authorization header scheme of OpenAI's API keys (`Authorization: Bearer K`); TGI's and
+# LMI's clients send the same.
+AUTH_SCHEME = "bearer"

@@ -67,7 +67,7 @@ async def test_health_gating_crash_restart_and_clean_shutdown(monkeypatch: pytes
     with structlog.testing.capture_logs() as logs:
         try:
             assert ups.all == []  # nothing is served before the worker is healthy
-            await sup.start(wait_for_simulators=20)
+            await sup.start(wait_for_fast=20)
             assert ups.all == [worker.url]
             first = worker.proc
             assert first is not None

@@ -113,3 +113,24 @@ def test_check_config_reads_chat_template_files(tmp_path: Path,
     bad.write_text("models: [{name: t, backend: triton, chat_template: /no/such/file.jinja}]\n")
     assert cli.main(["check-config", str(bad)]) == 1
     assert "models[0].chat_template" in capsys.readouterr().err
+
+
+def test_protocol_options_are_assembled_from_the_registry(tmp_path: Path) -> None:
+    """Each protocol declares its options model (registry.MODEL_OPTIONS / GATEWAY_OPTIONS);
+    the config schema carries them under their keys, with their defaults and locations."""
+    from adapters import registry
+
+    cfg = config.load_config(write(tmp_path, "models: [{name: a, lmi: {tgi_compat: true}}]\n"),
+                             {})
+    model = cfg.models[0]
+    assert set(model.protocol_options()) == set(registry.MODEL_OPTIONS)
+    assert model.protocol_options()["lmi"] == registry.MODEL_OPTIONS["lmi"](tgi_compat=True)
+    assert set(cfg.protocol_options()) == set(registry.GATEWAY_OPTIONS)
+    with pytest.raises(config.ConfigError) as err:
+        config.load_config(write(tmp_path, "models: [{name: a, backend: nope, "
+                                           "lmi: {output_formatter: xml}}]\n"
+                                           "workers: [{kind: gpu, model: a}]\n"), {})
+    problems = "\n".join(err.value.problems)
+    assert "models[0].backend: Input should be 'vllm'" in problems
+    assert "models[0].lmi.output_formatter:" in problems
+    assert "workers[0].kind: Input should be 'vllm', 'trtllm' or 'simulator'" in problems

@@ -1,0 +1,10 @@
+"""A managed TensorRT-LLM worker: `trtllm-serve MODEL` (the `trtllm` worker protocol)."""
+
+from __future__ import annotations
+
+from adapters import base
+
+WORKER = base.WorkerKind(
+    command=("trtllm-serve", "{model}", "--host", "{host}", "--port", "{port}"),
+    protocol="trtllm",
+)
