@@ -39,6 +39,7 @@ class Connection(asyncio.Protocol):
         self.buffered = 0
         self.complete = False
         self.keep_alive = False
+        self.framed = False  # a content-length or transfer-encoding header came
         self.error: str | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.paused = False
@@ -61,10 +62,17 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if self.status and not self.framed and exc is None and not self.complete:
+            self.complete = True  # a body without length ends with the connection (RFC 9112 6.3)
+            self._wake()
         if not self.complete:
             self._fail(f"{type(exc).__name__}: {exc}" if exc else "the connection was closed")
 
     # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self.framed and name.lower() in (b"content-length", b"transfer-encoding"):
+            self.framed = True
+
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
         if not self.head.done():
@@ -113,6 +121,7 @@ class Connection(asyncio.Protocol):
         self.buffered = 0
         self.complete = False
         self.keep_alive = False
+        self.framed = False
         self.used += 1
 
 

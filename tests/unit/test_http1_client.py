@@ -181,6 +181,20 @@ async def test_breaks_and_refusals_map_to_gateway_errors() -> None:
     assert await client.probe(url + "/health", 1.0) == 0
 
 
+async def test_body_without_length_ends_with_the_connection() -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(b"HTTP/1.1 500 Internal Server Error\r\nconnection: close\r\n\r\nout of memory")
+        await w.drain()  # then close: the end of the body (RFC 9112 section 6.3)
+
+    async with Server(handler) as url:
+        client = http1.Http1Client(2.0)
+        resp = await client.send(post(url))
+        assert resp.status == 500 and await resp.read() == b"out of memory"
+        await resp.aclose()
+        await client.aclose()
+
+
 async def test_malformed_answer_before_the_status_is_retryable() -> None:
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         await read_request(r)
