@@ -244,12 +244,18 @@ def start_gateway(procs: Processes, tmp: Path, variant: dict[str, Any], sim_port
                   args: argparse.Namespace) -> tuple[Proc, int]:
     port = free_port()
     conf = gateway_config(tmp, sim_port, port)
-    cmd = [PY, str(HERE / "run_gateway.py"), "--config", str(conf), "--client",
-           variant["client"], "--server", variant["server"], "--host", "127.0.0.1",
-           "--port", str(port)]
+    root = Path(variant.get("root") or ROOT)
+    cmd = [PY, str(root / "bench" / "run_gateway.py"), "--config", str(conf), "--server",
+           variant["server"], "--host", "127.0.0.1", "--port", str(port)]
+    if variant.get("client"):
+        cmd += ["--client", variant["client"]]
     if variant["quiet"]:
         cmd.append("--quiet")
-    proc = procs.start("gateway", cmd, args.proxy_core, tmp / f"{variant['label']}-{port}.log")
+    env = None
+    if variant.get("root"):  # another checkout's gateway: its packages first on the path
+        env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = procs.start("gateway", cmd, args.proxy_core, tmp / f"{variant['label']}-{port}.log",
+                       env=env)
     wait_healthy(proc, f"http://127.0.0.1:{port}/health")
     return proc, port
 
@@ -506,6 +512,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--logs", choices=["on", "off", "both"], default="on",
                    help="per-request log lines of the proxies (gateway JSON line, nginx "
                         "access log): on (production), off, or both")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="also measure the gateway of another checkout (e.g. a worktree of "
+                        "main), with its own defaults, in the same run")
     p.add_argument("--loadgen", choices=["httptools", "aiohttp"], default="httptools",
                    help="load generator client (see bench/loadgen.py)")
     p.add_argument("--repeat", type=int, default=1,
@@ -636,6 +645,9 @@ def main(argv: list[str] | None = None) -> int:
             targets.append({"label": f"gateway-{server}-{client}" + ("-quiet" if quiet else ""),
                             "kind": "gateway", "server": server, "client": client,
                             "quiet": quiet})
+        if args.baseline:  # the same measurement of another checkout, in the same run
+            targets.append({"label": "gateway-baseline", "kind": "gateway", "server": "uvicorn",
+                            "quiet": False, "root": args.baseline})
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
