@@ -49,11 +49,10 @@ def granian_available() -> bool:
     return True
 
 
-def serve_uvicorn(app: Any, host: str, port: int) -> None:
-    import uvicorn
+def serve_uvicorn(app: Any, server: config.ServerConfig) -> None:
+    from gateway import processes
 
-    uvicorn.run(app, host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
-                log_level="warning", access_log=False)
+    processes.server(app, server).run()  # the very setup of `gateway serve`
 
 
 def serve_granian(app: Any, host: str, port: int) -> None:
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         serve_granian(app, server.host, server.port)
     else:
-        serve_uvicorn(app, server.host, server.port)
+        serve_uvicorn(app, server)
     return 0
 
 

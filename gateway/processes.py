@@ -42,10 +42,12 @@ def count(setting: int | str) -> int:
 
 def server(app: Any, cfg: config.ServerConfig) -> uvicorn.Server:
     """The one uvicorn setup of every serving process: uvloop and httptools (see README,
-    Performance), no access log (the gateway writes its own line per request)."""
+    Performance), no access log (the gateway writes its own line per request), and no
+    X-Forwarded-* rewriting of the client address, which nothing here reads (uvicorn's
+    ProxyHeadersMiddleware wraps every request otherwise)."""
     return uvicorn.Server(uvicorn.Config(
         app, host=cfg.host, port=cfg.port, loop="uvloop", http="httptools", lifespan="on",
-        log_level="warning", access_log=False, backlog=BACKLOG,
+        log_level="warning", access_log=False, backlog=BACKLOG, proxy_headers=False,
         timeout_graceful_shutdown=round(cfg.drain_seconds)))
 
 
