@@ -94,6 +94,16 @@ STATUS_ROUTES: list[tuple[str, base.StatusRoute]] = [
     ("/ping", lmi.ping),  # LMI / SageMaker health check
 ]
 
+# The frontend whose error body each status route answers in (a missing API key, a bug), so
+# that a client reads a refusal of /v1/models or /info as it reads one of its inference routes.
+STATUS_ERRORS: dict[str, Callable[[], base.Frontend]] = {
+    "/v1/models": openai_frontend.OpenAICompletionsFrontend,
+    "/health": tgi.TgiFrontend,
+    "/": tgi.TgiFrontend,
+    "/info": tgi.TgiFrontend,
+    "/ping": lmi.LmiFrontend,
+}
+
 # Model names that clients send as placeholders for "the one model": TGI serves one model
 # whatever it is called, so text-generation's client sends "tgi" and huggingface_hub's
 # InferenceClient "dummy" (SPEC.md, TGI front end). They reach `default_model` unless a model

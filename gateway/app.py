@@ -69,7 +69,8 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
         Route(path, serving.ProtocolEndpoint(make(), services), methods=["POST"])
         for path, make in registry.INFERENCE_ROUTES]
     routes += [
-        Route(path, serving.StatusEndpoint(answer, services, version.version(), started),
+        Route(path, serving.StatusEndpoint(answer, services, version.version(), started,
+                                           registry.STATUS_ERRORS[path]().render_error),
               methods=["GET"])
         for path, answer in registry.STATUS_ROUTES]
     async def metrics_route(scope: Scope, receive: Receive, send: Send) -> None:

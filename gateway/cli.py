@@ -63,27 +63,39 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def check_config(path: str) -> int:
+    """Every problem of the file in one run, each as `FILE: location: message` (the file
+    named once); warnings (stray GATEWAY_* variables, models nothing serves) do not fail it."""
     from gateway import config, routing
 
+    warnings: list[str] = []
     try:
-        routing.Router(config.load_config(path, os.environ))  # also reads chat_template files
+        cfg = config.load_config(path, os.environ, warnings)
+        routing.Router(cfg)  # also reads chat_template files
     except config.ConfigError as exc:
-        for problem in exc.problems:
-            print(f"{path}: {problem}", file=sys.stderr)
+        _report(path, exc.problems, warnings)
         return 1
+    _report(path, [], warnings)
     print(f"{path}: ok")
     return 0
+
+
+def _report(path: str, problems: list[str], warnings: list[str]) -> None:
+    for text in warnings:
+        print(f"{path}: warning: {text}", file=sys.stderr)
+    for text in problems:
+        print(f"{path}: {text}", file=sys.stderr)
 
 
 def serve(args: argparse.Namespace) -> int:
     from gateway import app, config, observability, processes
 
+    warnings: list[str] = []
     try:
-        cfg = config.load_config(args.config, os.environ)
+        cfg = config.load_config(args.config, os.environ, warnings)
     except config.ConfigError as exc:
-        for problem in exc.problems:
-            print(f"{args.config or 'config'}: {problem}", file=sys.stderr)
+        _report(args.config or "config", exc.problems, warnings)
         return 1
+    _report(args.config or "config", [], warnings)
     server = cfg.server.model_copy(update={
         k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers))
         if v is not None})

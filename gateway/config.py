@@ -6,12 +6,15 @@ mapping before validation, so every error names its location (`models[1].upstrea
 
 from __future__ import annotations
 
+import logging
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -23,8 +26,28 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from adapters import registry
+from gateway import overrides
 
-ENV_PREFIX = "GATEWAY_"
+ENV_PREFIX = overrides.PREFIX
+
+
+def _base_url(url: str) -> str:
+    """An upstream base URL: http(s), a host, a port in 1-65535 when one is given."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{url!r} must start with http:// or https://")
+    if not parts.hostname:
+        raise ValueError(f"{url!r} names no host")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0 or (port is None and parts.netloc.endswith(":")):
+        raise ValueError(f"{url!r}: the port must be a number in 1-65535")
+    return url.rstrip("/")
+
+
+BaseUrl = Annotated[str, AfterValidator(_base_url)]
 
 
 class _Frozen(BaseModel):
@@ -67,7 +90,7 @@ class ModelFields(_Frozen):
     name: str = Field(min_length=1)
     aliases: tuple[str, ...] = ()
     backend: str = registry.DEFAULT_BACKEND  # a worker protocol (registry.BACKENDS)
-    upstreams: tuple[str, ...] = ()
+    upstreams: tuple[BaseUrl, ...] = ()
     upstream_model: str | None = None
     chat_template: str | None = None
 
@@ -79,14 +102,6 @@ class ModelFields(_Frozen):
     def protocol_options(self) -> dict[str, BaseModel]:
         """The protocols' options sections of this model, by key."""
         return {key: getattr(self, key) for key in registry.MODEL_OPTIONS}
-
-    @field_validator("upstreams")
-    @classmethod
-    def _urls(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for url in v:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"upstream {url!r} must start with http:// or https://")
-        return tuple(u.rstrip("/") for u in v)
 
 
 class WorkerConfig(_Frozen):
@@ -121,19 +136,38 @@ class ConfigFields(_Frozen):
 
     @model_validator(mode="after")
     def _references(self) -> ConfigFields:
-        names: dict[str, int] = {}
-        for i, m in enumerate(self.models):
-            for name in (m.name, *m.aliases):
-                if name in names:
-                    raise ValueError(f"models[{i}]: name {name!r} is already used by "
-                                     f"models[{names[name]}]")
-                names[name] = i
-        if self.default_model is not None and self.default_model not in names:
-            raise ValueError(f"default_model: {self.default_model!r} is not a model name")
-        for i, w in enumerate(self.workers):
-            if w.model not in names:
-                raise ValueError(f"workers[{i}].model: {w.model!r} is not a model name")
+        if problems := reference_problems(self.model_dump()):
+            raise PydanticCustomError("references", "\n".join(problems))
         return self
+
+
+def reference_problems(raw: Any) -> list[str]:
+    """Every broken cross-reference (duplicate names or aliases, `default_model`,
+    `workers[].model`), read from plain data however malformed the rest of it is, so that
+    one run reports them beside the field errors."""
+    raw = raw if isinstance(raw, dict) else {}
+    models = raw.get("models") if isinstance(raw.get("models"), list | tuple) else []
+    names: dict[str, int] = {}
+    problems: list[str] = []
+    for i, m in enumerate(models):
+        m = m if isinstance(m, dict) else {}
+        aliases = m.get("aliases")
+        for name in (m.get("name"), *(aliases if isinstance(aliases, list | tuple) else ())):
+            if not isinstance(name, str):
+                continue
+            if name in names:
+                problems.append(f"models[{i}]: name {name!r} is already used by "
+                                f"models[{names[name]}]")
+            names.setdefault(name, i)
+    default = raw.get("default_model")
+    if isinstance(default, str) and default not in names:
+        problems.append(f"default_model: {default!r} is not a model name")
+    workers = raw.get("workers") if isinstance(raw.get("workers"), list | tuple) else []
+    for i, w in enumerate(workers):
+        model = w.get("model") if isinstance(w, dict) else None
+        if isinstance(model, str) and model not in names:
+            problems.append(f"workers[{i}].model: {model!r} is not a model name")
+    return problems
 
 
 def _with_options(base: type[_Frozen], options: Mapping[str, type[BaseModel]],
@@ -153,6 +187,14 @@ else:
                            models=(tuple[ModelConfig, ...], ()))
 
 
+def warnings_of(cfg: Config) -> list[str]:
+    """What is valid but likely a mistake: a model nothing can serve."""
+    served = {w.model for w in cfg.workers}
+    return [f"models[{i}]: model {m.name!r} has no upstreams and no worker; its requests "
+            f"will fail with 503" for i, m in enumerate(cfg.models)
+            if not m.upstreams and m.name not in served]
+
+
 class ConfigError(Exception):
     """Every problem found, each with its location."""
 
@@ -166,50 +208,64 @@ def default_config() -> Config:
     return Config.model_validate(registry.DEFAULT_CONFIG)
 
 
-def load_config(path: str | Path | None, environ: Mapping[str, str]) -> Config:
-    """Read, merge environment overrides, validate; raise ConfigError listing every problem."""
-    raw: Any = {}
-    if path is not None:
-        try:
-            raw = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as exc:
-            raise ConfigError([f"{path}: {exc.strerror}"]) from None
-        except yaml.YAMLError as exc:
-            raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
-        if not isinstance(raw, dict):
-            raise ConfigError([f"{path}: the top level must be a mapping"])
-    else:
-        raw = default_config().model_dump(mode="json")
-    raw = apply_env(raw, environ)
+def load_config(path: str | Path | None, environ: Mapping[str, str],
+                warnings: list[str] | None = None) -> Config:
+    """Read, merge environment overrides, validate; raise ConfigError listing every problem.
+
+    Problems and warnings name locations, never the file (the caller prefixes it once).
+    Warnings (stray `GATEWAY_*` variables, models nothing serves) go to `warnings` when
+    given, else to the log."""
+    raw = _read(path) if path is not None else default_config().model_dump(mode="json")
+    env = apply_env(raw, environ)
+    found = env.warnings
     try:
-        return Config.model_validate(raw)
+        cfg = Config.model_validate(raw)
+        found += warnings_of(cfg)
     except ValidationError as exc:
-        raise ConfigError([_problem(e) for e in exc.errors()]) from None
+        problems = [_problem(e, env) for e in exc.errors() if e["type"] != "references"]
+        raise ConfigError(problems + reference_problems(raw)) from None
+    finally:
+        if warnings is not None:
+            warnings.extend(found)
+        for text in found if warnings is None else ():
+            logging.getLogger("gateway.config").warning(text)
+    return cfg
 
 
-def apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    """`GATEWAY_SERVER__PORT=9000` sets raw["server"]["port"]; values are parsed as YAML."""
-    for key, value in environ.items():
-        if not key.startswith(ENV_PREFIX):
-            continue
-        path = [p.lower() for p in key[len(ENV_PREFIX):].split("__")]
-        if not all(path):
-            continue
-        node = raw
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                break
-        else:
-            node[path[-1]] = yaml.safe_load(value) if value else value
+def _read(path: str | Path) -> dict[str, Any]:
+    """The file's top-level mapping; YAML errors carry their line and column (PyYAML's mark
+    names the stream, `<unicode string>` for text, so the mark is rendered here)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f) or {}
+    except OSError as exc:
+        raise ConfigError([exc.strerror or str(exc)]) from None
+    except UnicodeDecodeError:
+        raise ConfigError(["not UTF-8 text"]) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError([f"{where}not valid YAML: {exc.problem or exc.context}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"not valid YAML: {exc}"]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(["the top level must be a mapping"])
     return raw
 
 
-def _problem(err: Any) -> str:
+def apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> overrides.Applied:
+    """`GATEWAY_SERVER__PORT=9000` sets raw["server"]["port"] (gateway/overrides.py)."""
+    return overrides.apply(raw, environ, Config)
+
+
+def _problem(err: Any, env: overrides.Applied) -> str:
     loc = ""
     for part in err.get("loc", ()):
         loc += f"[{part}]" if isinstance(part, int) else (("." if loc else "") + str(part))
     msg = err.get("msg", "invalid")
     if err.get("type") == "extra_forbidden":
         msg = "unknown key"
-    return f"{loc or '(top level)'}: {msg}"
+    msg = msg.removeprefix("Value error, ")
+    text = f"{loc or '(top level)'}: {msg}"
+    source = env.source(tuple(err.get("loc", ())))
+    return f"{text} (set by {source})" if source else text

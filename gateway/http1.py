@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from adapters import base
+from gateway import upstream
 from schemas import errors
 
 HIGH_WATER = 1 << 16  # body bytes buffered before the socket is paused (aiohttp's 64 KiB)
@@ -149,7 +150,7 @@ class Http1Response:
             if conn.complete:
                 return b""
             if conn.error is not None:
-                raise errors.UpstreamBroken(f"the worker's answer broke off ({conn.error})")
+                raise errors.UpstreamBroken(upstream.BROKE_OFF, detail=conn.error)
             conn.waiter = asyncio.get_running_loop().create_future()
             try:
                 await conn.waiter
@@ -181,12 +182,19 @@ class Http1Client:
         self._tls: ssl.SSLContext | None = None
 
     def target(self, url: str) -> tuple[Origin, bytes, bytes]:
-        """(origin, path, Host header line) of a URL, parsed once per URL."""
+        """(origin, path, Host header line) of a URL, parsed once per URL; a URL no request
+        can go to is a permanent error, tried once (issue 12), as `upstream.map_errors` says."""
         known = self._targets.get(url)
         if known is None:
-            parts = urlsplit(url)
+            try:
+                parts = urlsplit(url)
+                port = parts.port
+            except ValueError as exc:
+                raise errors.UpstreamError(upstream.BAD_URL, detail=f"{url}: {exc}") from None
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise errors.UpstreamError(upstream.BAD_URL, detail=url)
             tls = parts.scheme == "https"
-            port = parts.port or (443 if tls else 80)
+            port = port or (443 if tls else 80)
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
             known = ((parts.hostname or "", port, tls), path.encode(),
                      f"host: {parts.netloc}\r\n".encode())
@@ -213,8 +221,7 @@ class Http1Client:
                 conn.close()
                 if reused and not conn.chunks and conn.status == 0:
                     continue  # the worker closed an idle connection: once more, on a new one
-                raise errors.UpstreamUnavailable(
-                    f"the worker could not be reached ({exc})") from None
+                raise errors.UpstreamUnavailable(upstream.UNREACHABLE, detail=str(exc)) from None
             except BaseException:  # cancelled (client gone, timeout): the worker must abort
                 conn.close()
                 raise
@@ -234,7 +241,7 @@ class Http1Client:
                     server_hostname=host if tls else None)
         except (OSError, TimeoutError) as exc:
             what = f"{type(exc).__name__}: {exc}".rstrip(": ")
-            raise errors.UpstreamUnavailable(f"the worker could not be reached ({what})") from None
+            raise errors.UpstreamUnavailable(upstream.UNREACHABLE, detail=what) from None
         return conn
 
     def _ssl(self) -> ssl.SSLContext:

@@ -80,7 +80,7 @@ class Pipeline:
         try:
             return await self._once(route, req, url, request_id, note)
         except errors.GatewayError as exc:
-            note.errors.append(f"{url}: {exc.message}")
+            note.errors.append(f"{url}: {exc.message}" + (f" ({exc.detail})" if exc.detail else ""))
             raise
 
     async def _once(self, route: routing.Route, req: canonical.InferenceRequest, url: str,
@@ -113,7 +113,7 @@ class Pipeline:
                 if first := dec.feed(data):
                     return Opened(resp, dec, first, True)
         except errors.UpstreamBroken as exc:  # the transport broke before any event
-            raise errors.UpstreamUnavailable(exc.message) from exc
+            raise errors.UpstreamUnavailable(exc.message, detail=exc.detail) from exc
         return Opened(resp, dec, dec.close(), False)
 
     async def batches(self, opened: Opened) -> AsyncIterator[list[ev.Event]]:

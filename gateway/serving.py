@@ -118,7 +118,7 @@ class ProtocolEndpoint:
                     x.usage = batch[-1]
             tail = enc.finish()
         except errors.GatewayError as exc:  # after the first byte: in-band, never a quiet cut
-            x.error, x.outcome = exc.message, "upstream_error"
+            x.error, x.outcome = logged(exc), "upstream_error"
             tail = enc.fail(exc)
         except Exception as exc:
             observability.log_bug(x.request_id, exc)
@@ -152,7 +152,7 @@ class ProtocolEndpoint:
         await send({"type": "http.response.body", "body": out.body, "more_body": False})
 
     async def _fail(self, exc: errors.GatewayError, x: Exchange, send: Send) -> None:
-        x.error = exc.message
+        x.error = logged(exc)
         if x.outcome == "ok":
             x.outcome = "client_error" if isinstance(exc, errors.RequestError) else "error"
         if x.head_sent:
@@ -161,6 +161,12 @@ class ProtocolEndpoint:
             await self._whole_response(self.frontend.render_error(exc), x, send)
         except OSError:  # the client is gone; nothing left to tell it
             x.outcome = "client_closed"
+
+
+def logged(exc: errors.GatewayError) -> str:
+    """An error as the request's log line tells it: the client's message and the detail that
+    only the log gets (the worker's address, an exception's class, a body)."""
+    return f"{exc.message} ({exc.detail})" if exc.detail else exc.message
 
 
 def new_id() -> str:
@@ -222,8 +228,10 @@ def check_key(keys: frozenset[str], headers: dict[str, str]) -> None:
 class StatusEndpoint:
     """An ASGI app answering a status route (health, model list, info) from a snapshot."""
 
-    def __init__(self, answer: base.StatusRoute, services: Services, version: str, started: int):
+    def __init__(self, answer: base.StatusRoute, services: Services, version: str, started: int,
+                 render_error: Callable[[errors.GatewayError], base.Rendered]):
         self.answer = answer
+        self.render_error = render_error  # the route's protocol's error body
         self.services = services
         self.version = version
         self.started = started
@@ -249,10 +257,10 @@ class StatusEndpoint:
                 check_key(self.services.keys, headers)
             out = self.answer(self.view(), ctx)
         except errors.GatewayError as exc:
-            out = base.Rendered(exc.status, exc.message.encode(), "text/plain; charset=utf-8")
+            out = self.render_error(exc)
         except Exception as exc:  # a bug: logged, answered cleanly
             observability.log_bug("", exc)
-            out = base.Rendered(500, b"internal gateway error", "text/plain; charset=utf-8")
+            out = self.render_error(errors.GatewayError("internal gateway error"))
         hdrs = [(b"content-type", out.media_type.encode())]
         hdrs += [(k.encode(), v.encode()) for k, v in out.headers.items()]
         await send({"type": "http.response.start", "status": out.status, "headers": hdrs})

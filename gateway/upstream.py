@@ -44,16 +44,27 @@ class UpstreamClient(Protocol):
     async def aclose(self) -> None: ...
 
 
+UNREACHABLE = "the model's workers could not be reached"
+BROKE_OFF = "the worker's answer broke off"
+BAD_URL = "the model's upstream URL is not valid"
+# A URL no client can send to: retrying it elsewhere or later cannot help (issue 12).
+_PERMANENT = (aiohttp.InvalidURL, httpx.InvalidURL, httpx.UnsupportedProtocol)
+
+
 @contextlib.contextmanager
 def map_errors(before_status: bool) -> Iterator[None]:
     """Transport failures to the gateway's tree; the phase decides whether a retry may help."""
     try:
         yield
+    except _PERMANENT as exc:  # not UpstreamUnavailable: one attempt, a clear error
+        raise errors.UpstreamError(BAD_URL, detail=f"{type(exc).__name__}: {exc}") from exc
     except (aiohttp.ClientError, httpx.TransportError, OSError) as exc:
+        # The client reads a stable message; the class and text (which name the worker's
+        # address) go to the request's log line only.
         what = f"{type(exc).__name__}: {exc}".rstrip(": ")
         if before_status:
-            raise errors.UpstreamUnavailable(f"the worker could not be reached ({what})") from exc
-        raise errors.UpstreamBroken(f"the worker's answer broke off ({what})") from exc
+            raise errors.UpstreamUnavailable(UNREACHABLE, detail=what) from exc
+        raise errors.UpstreamBroken(BROKE_OFF, detail=what) from exc
 
 
 class AiohttpResponse:

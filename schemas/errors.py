@@ -3,6 +3,7 @@
     GatewayError (500)
     ├─ RequestError (4xx, the caller can fix it)
     │    ├─ InvalidRequest 400 (.field)
+    │    │    └─ MalformedBody 400/415/422 (not JSON, not JSON's media type, not the shape)
     │    ├─ Unauthorized 401
     │    ├─ ModelNotFound 404
     │    ├─ PayloadTooLarge 413
@@ -19,15 +20,20 @@ from __future__ import annotations
 
 
 class GatewayError(Exception):
-    """Base: carries the HTTP status a client protocol renders by default."""
+    """Base: carries the HTTP status a client protocol renders by default.
+
+    `message` reaches the client; `detail` (a worker's address, an exception's class, a body
+    that is not the worker's error message) reaches only the log line of the request."""
 
     status: int = 500
     kind: str = "internal_error"
 
-    def __init__(self, message: str, *, field: str | None = None, status: int | None = None):
+    def __init__(self, message: str, *, field: str | None = None, status: int | None = None,
+                 detail: str | None = None):
         super().__init__(message)
-        self.message = message
+        self.message = message  # what the client reads: never an address, class name or body
         self.field = field
+        self.detail = detail  # what only the request's log line gets (worker address, body)
         if status is not None:
             self.status = status
 
@@ -41,6 +47,12 @@ class RequestError(GatewayError):
 
 class InvalidRequest(RequestError):
     """A field is missing, malformed or out of range; `field` names it."""
+
+
+class MalformedBody(InvalidRequest):
+    """The body could not be read as the route's JSON at all: a syntax error (400), a media
+    type that is not JSON (415), or JSON of the wrong shape (422); as a JSON extractor such as
+    axum's refuses it before the handler runs."""
 
 
 class Unauthorized(RequestError):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from tests import leaks
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -18,3 +22,13 @@ def update_goldens(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def no_internal_details_in_errors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every error answer any test reads through httpx (in-process gateways, gateway
+    processes, fakes alike; whole or streamed) holds no worker address, exception class name
+    or HTML page (issue 12; tests/leaks.py)."""
+    seen = leaks.install(monkeypatch)
+    yield
+    assert not seen.found, "internal details in error answers:\n" + "\n".join(seen.found)

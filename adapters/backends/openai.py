@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import orjson
+import structlog
 
 from adapters import base
 from adapters.backends import openai_decode
@@ -28,6 +29,17 @@ OPENAI_SAMPLING: dict[str, str] = {
     "logit_bias": "logit_bias",
 }
 
+# Request fields of OpenAI's API that the canonical model does not carry: the client extras an
+# OpenAI-compatible worker declares (openai api-reference, chat/create and completions/create).
+# Any other extra is dropped with a log line, never sent: a body's `api_key`, `api_base`,
+# `base_url`, `extra_headers` or `upstream_model` must not reach a worker (issue 12).
+OPENAI_EXTRA_FIELDS = frozenset({
+    "max_tokens", "suffix", "store", "metadata", "service_tier", "modalities", "prediction",
+    "audio", "web_search_options", "verbosity", "prompt_cache_key", "safety_identifier",
+})
+
+_log: Any = structlog.get_logger("gateway")
+
 # Canonical fields whose unset value is not None.
 _UNSET: dict[str, Any] = {"stop": [], "stop_token_ids": [], "n": 1}
 
@@ -36,6 +48,7 @@ class OpenAIBackend:
     """Speaks the OpenAI API as any compatible server does."""
 
     SAMPLING: ClassVar[dict[str, str]] = OPENAI_SAMPLING
+    EXTRA_FIELDS: ClassVar[frozenset[str]] = OPENAI_EXTRA_FIELDS  # client extras it declares
     CHAT_PATH = "/v1/chat/completions"
     COMPLETIONS_PATH = "/v1/completions"
     # What the worker can return besides text, decided before any I/O.
@@ -65,11 +78,24 @@ class OpenAIBackend:
             path = self.COMPLETIONS_PATH
         self.sampling(req.sampling, body)
         self.options(req, body)
-        for key, value in req.extra.items():
-            body.setdefault(key, value)
+        if req.extra:
+            self.extras(req.extra, body)
         return base.UpstreamRequest(
             "POST", target.base_url.rstrip("/") + path, orjson.dumps(body),
             {"content-type": "application/json"}, streaming=req.stream)
+
+    def extras(self, extra: dict[str, Any], body: dict[str, Any]) -> None:
+        """Only the extras this worker declares go upstream (no mass assignment); fields the
+        body already has are never overwritten."""
+        dropped = []
+        for key, value in extra.items():
+            if key in self.EXTRA_FIELDS:
+                body.setdefault(key, value)
+            else:
+                dropped.append(key)
+        if dropped:
+            _log.info("parameters_dropped", worker=type(self).__name__, fields=dropped,
+                      why="not a field of this worker's API")
 
     def sampling(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
         for attr, key in self.SAMPLING.items():
@@ -117,20 +143,23 @@ class OpenAIBackend:
 
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
         message = error_message(body) or f"the worker answered HTTP {status}"
+        detail = body[:500].decode("utf-8", "replace")  # for the log line only
         if status >= 500:
-            return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502)
-        return errors.UpstreamRejected(message, status=status)
+            return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502,
+                                              detail=detail)
+        return errors.UpstreamRejected(message, status=status, detail=detail)
 
     def health_path(self) -> str:
         return "/health"
 
 
 def error_message(body: bytes) -> str:
-    """The message of any OpenAI-style error body: nested, flat (trtllm-serve) or a string."""
+    """The message of any OpenAI-style error body: nested, flat (trtllm-serve) or a string.
+    A body that is not JSON (a proxy's HTML page) is no message for a client: empty."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:1000]
+        return ""
     if isinstance(obj, dict):
         err = obj.get("error", obj)
         if isinstance(err, dict):

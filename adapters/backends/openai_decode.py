@@ -135,7 +135,8 @@ class OpenAIDecoder:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
             raise errors.UpstreamBroken(
-                f"the worker sent malformed JSON: {payload[:200]!r}") from None
+                "the worker sent malformed JSON",
+                detail=repr(payload[:200])) from None
         if "error" in obj and obj["error"]:
             raise errors.UpstreamBroken(f"the worker failed: {_error_message(obj['error'])}")
         for c in obj.get("choices") or ():
@@ -193,7 +194,8 @@ class OpenAIDecoder:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError:
             raise errors.UpstreamBroken(
-                f"the worker sent malformed JSON: {body[:200]!r}") from None
+                "the worker sent malformed JSON",
+                detail=repr(body[:200])) from None
         if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
             raise errors.UpstreamBroken("the worker's answer has no `choices`")
         out: list[ev.Event] = []

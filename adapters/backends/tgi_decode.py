@@ -37,6 +37,11 @@ def classify(message: str, kind: str) -> errors.GatewayError:
     return errors.UpstreamBroken(f"the worker failed: {message}")
 
 
+# axum 0.7 extract/rejection.rs: the plain-text bodies of its JSON extractor's rejections.
+AXUM_REJECTIONS = ("Failed to deserialize the JSON body", "Failed to parse the request body",
+                   "Expected request with `Content-Type: application/json`")
+
+
 def http_error(status: int, body: bytes) -> errors.GatewayError:
     """A TGI error before the first byte: `ErrorResponse` with server.rs's statuses (422
     validation, 424 generation, 429 overloaded, 500 incomplete), or axum's plain-text rejection
@@ -47,8 +52,9 @@ def http_error(status: int, body: bytes) -> errors.GatewayError:
         obj = None
     if isinstance(obj, dict) and isinstance(obj.get("error"), str):
         message, kind = obj["error"], str(obj.get("error_type") or "")
-    else:
-        message, kind = body.decode("utf-8", "replace").strip()[:1000], ""
+    else:  # only axum's own rejections are TGI's words; other text (a proxy's page) is not
+        text = body.decode("utf-8", "replace").strip()[:1000]
+        message, kind = (text if text.startswith(AXUM_REJECTIONS) else ""), ""
     message = message or f"the worker answered HTTP {status}"
     if status >= 500:  # retried on another upstream, as for every worker kind
         return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502)
@@ -88,7 +94,8 @@ def _loads(payload: bytes) -> dict[str, Any]:
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError:
-        raise errors.UpstreamBroken(f"the worker sent malformed JSON: {payload[:200]!r}") from None
+        raise errors.UpstreamBroken("the worker sent malformed JSON",
+                                    detail=repr(payload[:200])) from None
     if not isinstance(obj, dict):
         raise errors.UpstreamBroken("the worker's event is not a JSON object")
     return obj

@@ -200,10 +200,11 @@ class TritonBackend:
         """http_server.cc HttpCodeFromError: 400 invalid argument, 404 unknown model (another
         upstream may have it), 500 internal, 501 unsupported, 503 unavailable."""
         message = triton_decode.error_message(body) or f"the worker answered HTTP {status}"
+        detail = body[:500].decode("utf-8", "replace")  # for the log line only
         if status >= 500 or status == 404:
             return errors.UpstreamUnavailable(message, status=503 if status in (404, 503)
-                                              else 502)
-        return errors.UpstreamRejected(message, status=status)
+                                              else 502, detail=detail)
+        return errors.UpstreamRejected(message, status=status, detail=detail)
 
     def health_path(self) -> str:
         return "/v2/health/ready"  # Triton's readiness (docs/protocol: health extension)

@@ -26,14 +26,14 @@ from schemas import events as ev
 
 def error_message(body: bytes) -> str:
     """The message of `{"error": "..."}`, whole or as the SSE event a stream's first response
-    writes; otherwise the body's text."""
+    writes; empty for a body that is not JSON (a proxy's HTML page is no message for a client)."""
     text = body.strip()
     if text.startswith(b"data:"):
         text = text[5:].split(b"\n", 1)[0].strip()
     try:
         obj = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:1000]
+        return ""
     if isinstance(obj, dict) and "error" in obj:
         return str(obj["error"])
     return str(obj)[:1000]
@@ -102,7 +102,8 @@ class TritonDecoder:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
             raise errors.UpstreamBroken(
-                f"the worker sent malformed JSON: {payload[:200]!r}") from None
+                "the worker sent malformed JSON",
+                detail=repr(payload[:200])) from None
         if not isinstance(obj, dict):
             raise errors.UpstreamBroken("the worker's response is not a JSON object")
         if "error" in obj:

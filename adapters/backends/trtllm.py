@@ -35,6 +35,7 @@ class TrtllmBackend(openai.OpenAIBackend):
     """trtllm-serve: refuses what it would refuse, with our 400 naming the field."""
 
     SAMPLING: ClassVar[dict[str, str]] = TRTLLM_SAMPLING
+    EXTRA_FIELDS: ClassVar[frozenset[str]] = TRTLLM_EXTRA_FIELDS
 
     def check(self, req: canonical.InferenceRequest) -> None:
         super().check(req)

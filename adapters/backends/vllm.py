@@ -23,10 +23,26 @@ VLLM_SAMPLING: dict[str, str] = {
 }
 
 
+# Request fields vLLM's protocol.py declares (ChatCompletionRequest, CompletionRequest) that
+# the canonical model does not carry: the client extras sent to vLLM. vLLM would accept any
+# field (extra="allow"), but only declared ones go, so nothing else of a body reaches it.
+VLLM_EXTRA_FIELDS = openai.OPENAI_EXTRA_FIELDS | frozenset({
+    "use_beam_search", "include_stop_str_in_output", "spaces_between_special_tokens",
+    "allowed_token_ids", "bad_words", "early_stopping", "include_reasoning",
+    "add_generation_prompt", "continue_final_message", "add_special_tokens", "documents",
+    "chat_template", "chat_template_kwargs", "mm_processor_kwargs", "structured_outputs",
+    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structural_tag",
+    "guided_decoding_backend", "guided_whitespace_pattern", "priority", "request_id",
+    "logits_processors", "return_tokens_as_token_ids", "cache_salt", "kv_transfer_params",
+    "vllm_xargs", "prompt_embeds",
+})
+
+
 class VllmBackend(openai.OpenAIBackend):
-    """vLLM accepts unknown fields (extra="allow"), so client extras pass through as given."""
+    """vLLM's OpenAI server: its sampling extras, token ids and prompt logprobs."""
 
     SAMPLING: ClassVar[dict[str, str]] = VLLM_SAMPLING
+    EXTRA_FIELDS: ClassVar[frozenset[str]] = VLLM_EXTRA_FIELDS
     TOKEN_IDS = True
     PROMPT_LOGPROBS = True
 

@@ -200,21 +200,6 @@ def completion_body(req: canonical.InferenceRequest, done: canonical.Completion,
 
 # ---- errors ----
 
-# Seed 003 "When not using streaming": an error during generation, or a bad generation
-# parameter value the worker refused.
-GENERATION_FAILED = lmi_json.dumps({"generated_text": "", "details": {
-    "finish_reason": "error", "generated_tokens": None, "inputs": None, "tokens": None}})
-
-
-def generation_failed(exc: errors.GatewayError) -> bool:
-    """The worker took the request and failed it: refused a parameter, broke off, stalled, or
-    answered an error of its own (a 5xx other than 503). A worker that is down or unreachable
-    (503) is not a generation failure: SPEC.md gives it 502/503 in the {"error", "code"} body."""
-    if isinstance(exc, errors.UpstreamRejected):
-        return True
-    return isinstance(exc, errors.UpstreamError) and exc.status != 503
-
-
 def error_status(exc: errors.GatewayError) -> int:
     """SPEC.md: request validation failures (ours or the worker's) answer 424 as seed 003 says;
     a worker that is down gives its 502/503; the rest keep their own status."""
@@ -224,15 +209,19 @@ def error_status(exc: errors.GatewayError) -> int:
 
 
 def render_error(exc: errors.GatewayError, st: LmiState | None) -> base.Rendered:
-    """The error body of the request's schema (`st`, None when the body never parsed)."""
+    """The error body of the request's schema (`st`, None when the body never parsed).
+
+    Every error before the first byte, the worker's refusals (4xx), failures (5xx) and
+    malformed answers included, is `{"error": "<message>", "code": N}` with the message kept
+    (SPEC.md: "a worker that is down or refuses before the first byte gives 502/503 in that
+    same body"; issue 12). Seed 003's `generated_text` shell with `finish_reason: error` has
+    no room for the message, so it is written only where the seed requires it: as the last
+    line of a stream that fails after its first token (lmi_encode)."""
     status = error_status(exc)
     headers = {"retry-after": str(exc.retry_after)} if isinstance(exc, errors.Overloaded) else {}
     if st is not None and st.schema == "dynamic":
         body = lmi_json.pretty_compact(
             {"code": status, "message": "invoke handler failure", "error": exc.message})
-    elif (st is not None and st.schema == "rolling" and not st.stream
-          and generation_failed(exc)):
-        body = GENERATION_FAILED
     else:
         body = lmi_json.gson_error(exc.message, status)
     return base.Rendered(status, body, headers=headers)

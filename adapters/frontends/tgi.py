@@ -12,8 +12,9 @@ from typing import Any, Literal
 
 import orjson
 
-from adapters import base, validation
+from adapters import base
 from adapters.frontends import tgi_encode as enc
+from adapters.frontends import tgi_extract
 from schemas import canonical, errors
 from schemas import tgi as wire
 
@@ -42,13 +43,10 @@ class TgiFrontend:
         self.mode = mode
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> canonical.InferenceRequest:
-        data = validation.load_object(body)
-        if data.get("parameters", 0) is None:
-            del data["parameters"]  # read as absent (TGI: default_parameters())
         if self.mode == "compat":
-            compat = validation.validate(wire.CompatGenerateRequest, data)
+            compat = tgi_extract.extract(body, ctx.headers, wire.CompatGenerateRequest)
             return to_canonical(compat, bool(compat.stream), True)
-        raw = validation.validate(wire.GenerateRequest, data)
+        raw = tgi_extract.extract(body, ctx.headers, wire.GenerateRequest)
         return to_canonical(raw, self.mode == "stream", False)
 
     def encoder(self, req: canonical.InferenceRequest,

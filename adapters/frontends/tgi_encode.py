@@ -338,6 +338,8 @@ def render_error(exc: errors.GatewayError, in_stream: bool) -> base.Rendered:
     """TGI's error response; `in_stream`: /generate_stream, which runs every check inside the
     stream, so the error is an event after HTTP 200. Rejections before TGI's handler (API key,
     body size, body read timeout) keep their status and JSON body."""
+    if isinstance(exc, errors.MalformedBody):  # axum's Json extractor, before any stream
+        return base.Rendered(exc.status, exc.message.encode(), "text/plain; charset=utf-8")
     status, body = error_json(exc)
     headers = {"retry-after": str(exc.retry_after)} if isinstance(exc, errors.Overloaded) else {}
     if in_stream and exc.status not in (401, 408, 413):

@@ -117,6 +117,6 @@ def test_any_json_is_a_request_or_invalid_request(body: Any, mode: tgi.Mode) -> 
         req = tgi.TgiFrontend(mode).parse(json.dumps(body).encode(), CTX)  # ints past 64 bits too
     except errors.InvalidRequest as exc:
         r = tgi.TgiFrontend(mode).render_error(exc)
-        assert r.status in (200, 422)
+        assert r.status in (200, 400, 422)  # 400: axum's syntax rejection (NaN, Infinity)
         return
     assert isinstance(req, canonical.InferenceRequest) and req.prompts

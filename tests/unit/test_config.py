@@ -134,3 +134,100 @@ def test_protocol_options_are_assembled_from_the_registry(tmp_path: Path) -> Non
     assert "models[0].backend: Input should be 'vllm'" in problems
     assert "models[0].lmi.output_formatter:" in problems
     assert "workers[0].kind: Input should be 'vllm', 'trtllm' or 'simulator'" in problems
+
+
+TEN_MISTAKES = """\
+server:
+  port: 70000                       # 1 out of range
+  colour: red                       # 2 unknown key
+  timeouts: {idle: -1}              # 3 not positive
+default_model: nowhere              # 4 no such model
+models:
+  - name: a
+    backend: nope                   # 5 unknown protocol
+    upstreams: [ftp://x,            # 6 scheme
+                "http://:80",       # 7 no host
+                "http://w:99999"]   # 8 port
+  - name: b
+    aliases: [a]                    # 9 alias collides with a name
+workers:
+  - {kind: simulator, model: ghost} # 10 no such model
+"""
+
+
+def test_check_config_reports_ten_mistakes_in_one_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [k for k in __import__("os").environ if k.startswith("GATEWAY_")]:
+        monkeypatch.delenv(key)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TEN_MISTAKES)
+    assert cli.main(["check-config", str(bad)]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert sorted(line.removeprefix(f"{bad}: ").split(":")[0] for line in lines) == sorted([
+        "server.port", "server.colour", "server.timeouts.idle", "default_model",
+        "models[0].backend", "models[0].upstreams[0]", "models[0].upstreams[1]",
+        "models[0].upstreams[2]", "models[1]", "workers[0].model"])
+    assert all(line.startswith(f"{bad}: ") and line.count(str(bad)) == 1 for line in lines)
+
+
+@pytest.mark.parametrize("url", ["http://h", "https://h:1", "http://10.0.0.5:65535/v1",
+                                 "http://[::1]:8000"])
+def test_good_upstream_urls(url: str) -> None:
+    cfg = config.ModelConfig.model_validate({"name": "a", "upstreams": [url + "/"]})
+    assert cfg.upstreams == (url,)
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("ftp://h", "must start with http:// or https://"), ("h:8000", "must start with"),
+    ("http://", "names no host"), ("http://h:0", "1-65535"), ("http://h:65536", "1-65535"),
+    ("http://h:port", "1-65535"), ("http://h:", "1-65535")])
+def test_bad_upstream_urls(url: str, why: str) -> None:
+    with pytest.raises(config.ConfigError) as err:
+        config.load_config(None, {"GATEWAY_MODELS__0__UPSTREAMS": f"[{url!r}]"})
+    (problem,) = err.value.problems
+    assert problem.startswith("models[0].upstreams[0]: ") and why in problem
+    assert problem.endswith("(set by GATEWAY_MODELS__0__UPSTREAMS)")
+
+
+def test_yaml_errors_name_the_file_once_with_line_and_column(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("server:\n  port: [1, 2\nmodels: []\n")
+    assert cli.main(["check-config", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{bad}: line ") and "not valid YAML" in err
+    assert err.count(str(bad)) == 1 and "<unicode string>" not in err
+    assert cli.main(["check-config", str(tmp_path / "missing.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert err == f"{tmp_path / 'missing.yaml'}: No such file or directory\n"
+
+
+def test_a_model_nothing_serves_is_a_warning(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "models: [{name: lonely}, {name: fed, upstreams: [http://w:1]}]\n")
+    assert cli.main(["check-config", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: models[0]: model 'lonely' has no upstreams and no worker" in err
+    assert "fed" not in err
+
+
+def test_stray_gateway_variables_are_warnings_naming_them() -> None:
+    warnings: list[str] = []
+    env = {"GATEWAY_FOO": "1", "GATEWAY_SERVER_PORT": "1", "GATEWAY_SERVER__PORT__X": "1",
+           "GATEWAY_MODELS__5__NAME": "x", "GATEWAY_": "", "GATEWAY_SERVER__PORT": "9000"}
+    cfg = config.load_config(None, env, warnings)
+    assert cfg.server.port == 9000
+    assert sorted(w.split(":", 1)[0] for w in warnings) == sorted(set(env) - {
+        "GATEWAY_SERVER__PORT"})
+
+
+def test_overrides_reach_list_entries_and_keep_text_as_text(tmp_path: Path) -> None:
+    path = write(tmp_path, "models: [{name: a, upstreams: [http://w:1]}]\n")
+    cfg = config.load_config(path, {"GATEWAY_MODELS__0__UPSTREAM_MODEL": "0123",
+                                    "GATEWAY_MODELS__0__LMI__TGI_COMPAT": "true",
+                                    "GATEWAY_SERVER__API_KEYS": "[0123]",
+                                    "GATEWAY_DEFAULT_MODEL": "a"})
+    assert cfg.models[0].upstream_model == "0123" and cfg.default_model == "a"
+    assert cfg.models[0].lmi.tgi_compat is True
+    assert cfg.server.api_keys == ("0123",)

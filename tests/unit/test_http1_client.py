@@ -179,6 +179,10 @@ async def test_breaks_and_refusals_map_to_gateway_errors() -> None:
     with pytest.raises(errors.UpstreamUnavailable, match="could not be reached"):
         await client.send(post(url))  # the server is gone: refused
     assert await client.probe(url + "/health", 1.0) == 0
+    for bad in ("ftp://w:21", "http://:80", "http://w:99999"):  # tried once, never retried
+        with pytest.raises(errors.UpstreamError) as err:
+            await client.send(post(bad))
+        assert type(err.value) is errors.UpstreamError and "not valid" in err.value.message
 
 
 async def test_body_without_length_ends_with_the_connection() -> None:
@@ -203,8 +207,9 @@ async def test_malformed_answer_before_the_status_is_retryable() -> None:
 
     async with Server(handler) as url:
         client = http1.Http1Client(2.0)
-        with pytest.raises(errors.UpstreamUnavailable, match="malformed HTTP"):
+        with pytest.raises(errors.UpstreamUnavailable) as exc:
             await client.send(post(url))
+        assert "malformed HTTP" in (exc.value.detail or "")  # the log line's, not the client's
         await client.aclose()
 
 

@@ -153,8 +153,8 @@ async def test_workers_down_is_503_in_the_lmi_error_body(stream: bool) -> None:
 
 @pytest.mark.anyio
 async def test_worker_refusing_a_parameter() -> None:
-    """Seed 003: a bad generation parameter gives the finish_reason error body (non-stream
-    `inputs`); the other schemas answer {"error", "code"}; both 424 (SPEC.md)."""
+    """A worker's refusal is {"error", "code"} with its message kept, in every schema, 424 as
+    for a validation failure (SPEC.md; issue 12: never seed 003's message-less shell)."""
     refusal = httpx.Response(400, json={"error": {"message": "max_tokens is too large",
                                                   "type": "BadRequestError", "param": None,
                                                   "code": 400}})
@@ -165,8 +165,7 @@ async def test_worker_refusing_a_parameter() -> None:
         chat = await call(r, {"messages": [{"role": "user", "content": "Hi"}]}, cfg(),
                           path="/invocations")
     assert rolling.status_code == 424
-    assert rolling.json() == {"generated_text": "", "details": {
-        "finish_reason": "error", "generated_tokens": None, "inputs": None, "tokens": None}}
+    assert rolling.json() == {"error": "max_tokens is too large", "code": 424}
     assert chat.status_code == 424
     assert chat.json() == {"error": "max_tokens is too large", "code": 424}
 
@@ -243,13 +242,13 @@ async def test_ping() -> None:
 
 @pytest.mark.anyio
 async def test_worker_failing_the_generation_non_stream() -> None:
-    """A worker that answers 500 (vLLM's engine error) failed the generation: seed 003's
-    finish_reason error body with the gateway's 502; one that is unreachable is a 503 in the
-    {"error", "code"} body (SPEC.md)."""
+    """A worker that answers 500 (vLLM's engine error) failed the generation: the gateway's
+    502 in the {"error", "code"} body with the worker's message (issue 12), as an unreachable
+    one is a 503 in that body (SPEC.md)."""
     failed = httpx.Response(500, json={"error": {"message": "engine died", "code": 500,
                                                  "type": "InternalServerError", "param": None}})
     with respx.mock(assert_all_called=False) as r:
         r.post(url__regex=COMPLETIONS).mock(return_value=failed)
         resp = await call(r, {"inputs": PROMPT}, cfg(), path="/invocations")
     assert resp.status_code == 502
-    assert resp.json()["details"]["finish_reason"] == "error"
+    assert resp.json() == {"error": "engine died", "code": 502}
