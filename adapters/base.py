@@ -142,6 +142,9 @@ class WorkerKind:
     command: tuple[str, ...]
     protocol: str
     starts_fast: bool = False
+    # `{model}` may be a local model directory, whose tokenizer.json is then the model's
+    # tokenizer unless `models[].tokenizer` names one (gateway/tokenizer.py).
+    model_dir: bool = False
 
     def argv(self, *, python: str, model: str, host: str, port: int) -> list[str]:
         values = {"python": python, "model": model, "host": host, "port": str(port)}

@@ -77,6 +77,9 @@ INFERENCE_ROUTES: list[tuple[str, Callable[[], base.Frontend]]] = [
     ("/_inference/{id}/_stream", elastic.ElasticChatFrontend),
     ("/_inference/chat_completion/{id}/_unified", elastic.ElasticChatFrontend),
     ("/_inference/chat_completion/{id}/_stream", elastic.ElasticChatFrontend),
+    # Elasticsearch 9.6 (PR #158022): without `_stream`, a non-streaming chat completion.
+    ("/_inference/chat_completion/{id}",
+     functools.partial(elastic.ElasticChatFrontend, stream=False)),
     ("/_inference/completion/{id}", elastic.ElasticCompletionFrontend),
     ("/_inference/completion/{id}/_stream",
      functools.partial(elastic.ElasticCompletionFrontend, True)),

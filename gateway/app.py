@@ -18,11 +18,13 @@ from gateway import (
     config,
     http1,
     metrics,
+    observability,
     pipeline,
     resolver,
     routing,
     serving,
     supervisor,
+    tracing,
     upstream,
     version,
 )
@@ -38,13 +40,15 @@ def http1_client(cfg: config.Config) -> upstream.UpstreamClient:
 
 
 def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
-              manage_workers: bool = True) -> FastPaths:
-    """The gateway for `cfg`; `client_factory` makes the upstream client inside the loop.
-    `manage_workers=False` (a serving process of several): the managed workers are run by the
-    parent process, and this one only gates them into rotation by their health."""
+              traces: tracing.Tracing | None = None, manage_workers: bool = True) -> FastPaths:
+    """The gateway for `cfg`; `client_factory` makes the upstream client inside the loop;
+    `traces` (gateway.tracing) gives every request a span. `manage_workers=False` (a serving
+    process of several): the managed workers are run by the parent process, and this one only
+    gates them into rotation by their health."""
     router = routing.Router(cfg)
     services = serving.Services(cfg, router, pipeline.Pipeline(_Unstarted(), cfg.server),
-                                keys=frozenset(cfg.server.api_keys))
+                                keys=frozenset(cfg.server.api_keys), tracing=traces)
+    metrics.declare(router)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -58,15 +62,20 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
             await workers.start(manage=manage_workers)
             gc.collect()
             gc.freeze()  # what startup made lives for good; keep it out of every collection
+            observability.logger().info("ready", upstreams={
+                r.name: len(r.upstreams.all) for r in router.routes.values()})
             yield
         finally:
             dns.cancel()
             await workers.stop()
             await client.aclose()
+            if traces is not None:
+                traces.shutdown()
+            observability.logger().info("stop")
 
     started = int(time.time())
     routes: list[BaseRoute] = [
-        Route(path, serving.ProtocolEndpoint(make(), services), methods=["POST"])
+        Route(path, serving.ProtocolEndpoint(make(), services, path), methods=["POST"])
         for path, make in registry.INFERENCE_ROUTES]
     routes += [
         Route(path, serving.StatusEndpoint(answer, services, version.version(), started,

@@ -79,6 +79,17 @@ def check_config(path: str) -> int:
     return 0
 
 
+def _log_report(path: str, problems: list[str], warnings: list[str]) -> None:
+    """`serve`'s form of `_report`: JSON log events, like every other line it writes."""
+    from gateway import observability
+
+    log = observability.logger()
+    for text in warnings:
+        log.warning("config_warning", file=path, message=text)
+    for text in problems:
+        log.error("config_error", file=path, message=text)
+
+
 def _report(path: str, problems: list[str], warnings: list[str]) -> None:
     for text in warnings:
         print(f"{path}: warning: {text}", file=sys.stderr)
@@ -87,36 +98,36 @@ def _report(path: str, problems: list[str], warnings: list[str]) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from gateway import app, config, observability, processes
+    from gateway import app, config, observability, processes, tracing
 
+    observability.configure(args.log_level)  # from here on, every line on stderr is JSON
+    log = observability.logger()
+    source = args.config or "config"
     warnings: list[str] = []
     try:
         cfg = config.load_config(args.config, os.environ, warnings)
     except config.ConfigError as exc:
-        _report(args.config or "config", exc.problems, warnings)
+        _log_report(source, exc.problems, warnings)
         return 1
-    _report(args.config or "config", [], warnings)
+    _log_report(source, [], warnings)
     server = cfg.server.model_copy(update={
         k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers))
         if v is not None})
     cfg = cfg.model_copy(update={"server": server})
-    observability.configure(args.log_level)
     # Fewer young-generation collections: a request allocates many short-lived containers
     # (the benchmark's profile showed the collector at 5% of the gateway's CPU).
     gc.set_threshold(20_000, 20, 20)
     count = processes.count(server.workers)
-    observability.logger().info("serving", host=server.host, port=server.port,
-                                models=[m.name for m in cfg.models], version=version.version(),
-                                processes=count)
-    try:
-        application = app.build_app(cfg)  # reads chat_template files: may find more errors
+    log.info("start", host=server.host, port=server.port, models=[m.name for m in cfg.models],
+             version=version.version(), processes=count)
+    try:  # build_app reads chat_template files: it may find more errors
+        application = app.build_app(cfg, traces=tracing.from_env(server.tracing, os.environ))
     except config.ConfigError as exc:
-        for problem in exc.problems:
-            print(f"{args.config or 'config'}: {problem}", file=sys.stderr)
+        _log_report(source, exc.problems, [])
         return 1
     if count > 1:
         return processes.serve(cfg, count, args.log_level)
-    processes.server(application, server).run()
+    processes.server(application, server, args.log_level).run()
     return 0
 
 

@@ -72,6 +72,9 @@ class ServerConfig(_Frozen):
     drain_seconds: float = Field(30, ge=0)  # SIGTERM: time given to in-flight streams
     # serving processes on the one port; "auto": one per CPU this process may run on
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
+    # OpenTelemetry spans (the `otel` extra): auto = when OTEL_TRACES_EXPORTER or an
+    # OTEL_EXPORTER_OTLP_*ENDPOINT variable asks for an exporter (gateway/tracing.py).
+    tracing: Literal["auto", "on", "off"] = "auto"
 
 
 def _one_of(value: str, names: Mapping[str, object]) -> str:
@@ -93,6 +96,9 @@ class ModelFields(_Frozen):
     upstreams: tuple[BaseUrl, ...] = ()
     upstream_model: str | None = None
     chat_template: str | None = None
+    # A Hugging Face tokenizer.json, or a model directory holding one: token ids for clients
+    # whose format carries them when the worker gives none (gateway/tokenizer.py).
+    tokenizer: str | None = None
 
     @field_validator("backend")
     @classmethod

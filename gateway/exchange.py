@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gateway import pipeline
 from schemas import events as ev
+
+if TYPE_CHECKING:
+    from gateway.telemetry import Watch
 
 
 @dataclass(slots=True)
@@ -26,3 +30,8 @@ class Exchange:
     note: pipeline.Attempt = field(default_factory=pipeline.Attempt)
     head_sent: bool = False
     finishing: bool = False
+    route: str = ""  # the route's template (`/predictions/{model}`), never the raw path
+    error_type: str = ""  # `error.type`: the error's class name; "" when none
+    response_id: str = ""
+    finish_reasons: list[str] = field(default_factory=list)
+    watch: Watch | None = None

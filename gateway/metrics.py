@@ -1,64 +1,175 @@
-"""Prometheus metrics for /metrics: requests, errors, time to first token, inter-token
-latency, tokens in and out, upstream health. Recorded once per request (never per chunk):
-the inter-token latency observed is the request's mean gap between upstream reads."""
+"""Every Prometheus metric of the gateway, defined here and only here (so that a switch to
+prometheus_client's multiprocess mode touches one module).
+
+Names follow the OpenTelemetry GenAI semantic conventions (semantic-conventions
+docs/gen-ai/gen-ai-metrics.md) in the form OpenTelemetry's Prometheus exporter gives them:
+dots become underscores and the unit `s` becomes a `_seconds` suffix; each histogram uses the
+spec's advised ExplicitBucketBoundaries. The gateway's own metrics are `gateway_*`.
+
+Labels are bounded by the configuration, never by what a client sends: models are configured
+names (anything else is `unknown`), routes are templates (`/predictions/{model}`), status is
+a class (`4xx`), errors are exception class names. Everything is recorded once per request or
+per upstream attempt, never per streamed chunk.
+
+For prometheus_client's multiprocess mode (`server.workers: N`): the gauges want a
+`multiprocess_mode` (in flight: `livesum`; upstream health: `max`), and the process
+collectors are per process there.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import prometheus_client as prom
 from prometheus_client import multiprocess
 
 if TYPE_CHECKING:
-    from gateway.exchange import Exchange
     from gateway.routing import Router
 
 REGISTRY = prom.CollectorRegistry(auto_describe=True)
-_LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+prom.ProcessCollector(registry=REGISTRY)  # process_cpu_seconds_total, resident memory, fds
+prom.PlatformCollector(registry=REGISTRY)  # python_info
+prom.GCCollector(registry=REGISTRY)  # python_gc_*
 
-REQUESTS = prom.Counter("gateway_requests", "Requests answered", ["path", "model", "status"],
-                        registry=REGISTRY)
-ERRORS = prom.Counter("gateway_errors", "Requests that ended in an error, by outcome",
-                      ["path", "model", "outcome"], registry=REGISTRY)
-TTFT = prom.Histogram("gateway_time_to_first_token_seconds",
-                      "From the request's arrival to the worker's first event",
-                      ["model"], buckets=_LATENCY, registry=REGISTRY)
-ITL = prom.Histogram("gateway_inter_token_latency_seconds",
-                     "Mean gap between a stream's upstream reads", ["model"],
-                     buckets=_LATENCY, registry=REGISTRY)
-TOKENS_IN = prom.Counter("gateway_prompt_tokens", "Prompt tokens", ["model"], registry=REGISTRY)
-TOKENS_OUT = prom.Counter("gateway_completion_tokens", "Completion tokens", ["model"],
-                          registry=REGISTRY)
-UPSTREAMS = prom.Gauge("gateway_upstreams_healthy", "Upstreams in rotation", ["model"],
-                       registry=REGISTRY, multiprocess_mode="mostrecent")
+UNKNOWN_MODEL = "unknown"
+
+# ExplicitBucketBoundaries advised by the GenAI semantic conventions, per metric.
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                    40.96, 81.92)  # gen_ai.server.request.duration, gen_ai.client.operation.duration
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0)  # gen_ai.server.time_to_first_token
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+                2.5)  # gen_ai.server.time_per_output_token
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
+                 16777216, 67108864)  # gen_ai.client.token.usage
+
+OPERATION, MODEL, PROVIDER = "gen_ai_operation_name", "gen_ai_request_model", "gen_ai_provider_name"
+GENAI = (OPERATION, MODEL, PROVIDER)
+
+REQUEST_DURATION = prom.Histogram(
+    "gen_ai_server_request_duration_seconds",
+    "From a request's arrival to its answer's last byte (gen_ai.server.request.duration)",
+    [*GENAI, "http_route", "http_status_class", "error_type"],
+    buckets=DURATION_BUCKETS, registry=REGISTRY)
+TIME_TO_FIRST_TOKEN = prom.Histogram(
+    "gen_ai_server_time_to_first_token_seconds",
+    "From a streamed request's arrival to the worker's first event; successful streams only",
+    GENAI, buckets=TTFT_BUCKETS, registry=REGISTRY)
+TIME_PER_OUTPUT_TOKEN = prom.Histogram(
+    "gen_ai_server_time_per_output_token_seconds",
+    "A successful stream's time after its first token, per further output token",
+    GENAI, buckets=TPOT_BUCKETS, registry=REGISTRY)
+TOKEN_USAGE = prom.Histogram(
+    "gen_ai_client_token_usage", "Tokens per request, by gen_ai_token_type input or output",
+    [*GENAI, "gen_ai_token_type"], buckets=TOKEN_BUCKETS, registry=REGISTRY)
+OPERATION_DURATION = prom.Histogram(
+    "gen_ai_client_operation_duration_seconds",
+    "One attempt upstream, from sending to its answer's end or failure",
+    [*GENAI, "server_address", "server_port", "error_type"],
+    buckets=DURATION_BUCKETS, registry=REGISTRY)
+
+IN_FLIGHT = prom.Gauge("gateway_requests_in_flight",
+                       "Requests routed to a model and not yet answered in full", [MODEL],
+                       registry=REGISTRY, multiprocess_mode="livesum")
+ATTEMPTS = prom.Counter("gateway_upstream_attempts", "Requests sent to an upstream",
+                        [MODEL, "upstream", "error_type"], registry=REGISTRY)
+RETRIES = prom.Counter("gateway_upstream_retries",
+                       "Attempts after a failed one before the first byte, by the upstream tried",
+                       [MODEL, "upstream"], registry=REGISTRY)
+FAILOVERS = prom.Counter("gateway_upstream_failovers",
+                         "Streams continued on this upstream after another failed mid-stream",
+                         [MODEL, "upstream"], registry=REGISTRY)
+EJECTIONS = prom.Counter("gateway_upstream_ejections",
+                         "Times an upstream was taken out of rotation for failing",
+                         [MODEL, "upstream"], registry=REGISTRY)
+UPSTREAM_HEALTHY = prom.Gauge("gateway_upstream_healthy",
+                              "1 while an upstream is in rotation, 0 while ejected",
+                              [MODEL, "upstream"], registry=REGISTRY, multiprocess_mode="max")
+
+_ejected: set[tuple[str, str]] = set()
+_listed: set[tuple[str, str]] = set()
+_children: dict[tuple[object, tuple[str, ...]], Any] = {}
 
 
-def record(x: Exchange, ended: float) -> None:
-    """One request's metrics."""
-    model = x.model or ""
-    REQUESTS.labels(x.path, model, str(x.status)).inc()
-    if x.outcome != "ok":
-        ERRORS.labels(x.path, model, x.outcome).inc()
-    if x.first_event_at is not None:
-        TTFT.labels(model).observe(x.first_event_at - x.started)
-        if x.reads > 1:
-            ITL.labels(model).observe((ended - x.first_event_at) / (x.reads - 1))
-    if x.usage is not None:
-        TOKENS_IN.labels(model).inc(x.usage.prompt_tokens)
-        TOKENS_OUT.labels(model).inc(x.usage.completion_tokens)
+def child(metric: Any, *labels: str) -> Any:
+    """`metric.labels(*labels)`, remembered: the label sets are bounded, and labels() checks
+    and converts its arguments on every call (the most of a request's metrics cost)."""
+    key = (metric, labels)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*labels)
+    return found
+
+
+def status_class(status: int) -> str:
+    return f"{status // 100}xx" if 100 <= status < 600 else "none"
+
+
+def attempt(model: str, upstream: str, error_type: str = "") -> None:
+    child(ATTEMPTS, model, upstream, error_type).inc()
+
+
+def retry(model: str, upstream: str) -> None:
+    """An attempt on `upstream` after an earlier attempt of the same request failed."""
+    child(RETRIES, model, upstream).inc()
+
+
+def failover(model: str, upstream: str) -> None:
+    """A stream that broke mid-way is continued on `upstream` (routing calls this)."""
+    child(FAILOVERS, model, upstream).inc()
+
+
+def ejected(model: str, upstream: str) -> None:
+    """`upstream` leaves the rotation after failures (routing calls this)."""
+    EJECTIONS.labels(model, upstream).inc()
+    _ejected.add((model, upstream))
+    UPSTREAM_HEALTHY.labels(model, upstream).set(0)
+
+
+def restored(model: str, upstream: str) -> None:
+    """An ejected `upstream` is back in rotation (routing calls this)."""
+    _ejected.discard((model, upstream))
+    UPSTREAM_HEALTHY.labels(model, upstream).set(1)
+
+
+def declare(router: Router) -> None:
+    """Series that exist from startup at zero, so dashboards and alerts see them before the
+    first request (Prometheus' advice for known label values)."""
+    for route in router.routes.values():
+        IN_FLIGHT.labels(route.name)
+        for url in route.upstreams.all:
+            for counter in (RETRIES, FAILOVERS, EJECTIONS):
+                counter.labels(route.name, url)
+    refresh_upstreams(router)
+
+
+def refresh_upstreams(router: Router) -> None:
+    """Health of every listed upstream; upstreams no longer listed (a worker pod gone from
+    DNS, a stopped managed worker) lose their series, so churn does not pile them up."""
+    listed = {(r.name, url) for r in router.routes.values() for url in r.upstreams.all}
+    for gone in _listed - listed:
+        UPSTREAM_HEALTHY.remove(*gone)
+        _ejected.discard(gone)
+    _listed.clear()
+    _listed.update(listed)
+    for key in listed:
+        UPSTREAM_HEALTHY.labels(*key).set(0 if key in _ejected else 1)
 
 
 def exposition(router: Router) -> bytes:
-    for route in router.routes.values():
-        UPSTREAMS.labels(route.name).set(len(route.upstreams.all))
+    refresh_upstreams(router)
     return bytes(prom.generate_latest(collected()))
+
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def collected() -> prom.CollectorRegistry:
     """This process's registry; with several serving processes (`server.workers`), every
     process's samples summed from the directory that prometheus_client's multiprocess mode
-    writes (the parent sets PROMETHEUS_MULTIPROC_DIR before they start)."""
+    writes (the parent sets PROMETHEUS_MULTIPROC_DIR before they start; the process
+    collectors above are then left out, being per process)."""
     path = os.environ.get(MULTIPROC_ENV)
     if not path:
         return REGISTRY
@@ -67,7 +178,11 @@ def collected() -> prom.CollectorRegistry:
     return merged
 
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+def process_gone(pid: int) -> None:
+    """A serving process ended: its `live*` gauges leave the sums (multiprocess mode)."""
+    path = os.environ.get(MULTIPROC_ENV)
+    if path:
+        multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
 
 
 CONTENT_TYPE = prom.CONTENT_TYPE_LATEST

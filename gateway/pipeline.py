@@ -13,6 +13,7 @@ import asyncio
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import tenacity
 
@@ -20,6 +21,18 @@ from adapters import base
 from gateway import config, routing, upstream
 from schemas import canonical, errors
 from schemas import events as ev
+
+
+class AttemptObserver(Protocol):
+    """Told of each upstream attempt (gateway.telemetry.Watch: metrics and spans)."""
+
+    def begin(self, url: str) -> dict[str, str]:
+        """An attempt on `url` starts; returns headers to send it (W3C trace context)."""
+        ...
+
+    def end(self, url: str, error: BaseException | None) -> None:
+        """The attempt on `url` failed; its successful end is the request's end."""
+        ...
 
 
 @dataclass(slots=True)
@@ -30,6 +43,7 @@ class Attempt:
     attempts: int = 0
     status: int | None = None
     errors: list[str] = field(default_factory=list)
+    observer: AttemptObserver | None = None
 
 
 @dataclass(slots=True)
@@ -81,12 +95,16 @@ class Pipeline:
             return await self._once(route, req, url, request_id, note)
         except errors.GatewayError as exc:
             note.errors.append(f"{url}: {exc.message}" + (f" ({exc.detail})" if exc.detail else ""))
+            if note.observer is not None:
+                note.observer.end(url, exc)
             raise
 
     async def _once(self, route: routing.Route, req: canonical.InferenceRequest, url: str,
                     request_id: str, note: Attempt) -> Opened:
         ureq = route.backend.build(req, base.Target(url, route.upstream_model, route.options))
         ureq.headers["x-request-id"] = request_id
+        if note.observer is not None:
+            ureq.headers.update(note.observer.begin(url))
         try:
             async with asyncio.timeout(self.timeouts.first_byte):
                 resp = await self.client.send(ureq)
@@ -104,7 +122,7 @@ class Pipeline:
                      resp: upstream.UpstreamResponse, streaming: bool) -> Opened:
         if resp.status >= 400:
             raise route.backend.parse_error(resp.status, await resp.read())
-        dec = route.backend.decoder(req, streaming)
+        dec = route.decoder(req, streaming)
         if not streaming:
             dec.feed(await resp.read())
             return Opened(resp, dec, dec.close(), False)

@@ -40,15 +40,16 @@ def count(setting: int | str) -> int:
     return len(os.sched_getaffinity(0)) if setting == "auto" else int(setting)
 
 
-def server(app: Any, cfg: config.ServerConfig) -> uvicorn.Server:
+def server(app: Any, cfg: config.ServerConfig, log_level: str = "warning") -> uvicorn.Server:
     """The one uvicorn setup of every serving process: uvloop and httptools (see README,
-    Performance), no access log (the gateway writes its own line per request), and no
+    Performance), no access log (the gateway writes its own line per request), uvicorn's
+    loggers left to the JSON handler `observability.configure` set (log_config=None), and no
     X-Forwarded-* rewriting of the client address, which nothing here reads (uvicorn's
     ProxyHeadersMiddleware wraps every request otherwise)."""
-    return uvicorn.Server(uvicorn.Config(
+    return observability.Server(uvicorn.Config(
         app, host=cfg.host, port=cfg.port, loop="uvloop", http="httptools", lifespan="on",
-        log_level="warning", access_log=False, backlog=BACKLOG, proxy_headers=False,
-        timeout_graceful_shutdown=round(cfg.drain_seconds)))
+        log_level=log_level, log_config=None, access_log=False, backlog=BACKLOG,
+        proxy_headers=False, timeout_graceful_shutdown=round(cfg.drain_seconds)))
 
 
 def serve(cfg: config.Config, n: int, log_level: str) -> int:
@@ -136,6 +137,8 @@ class ServingProcess:
                                         self.log_level), daemon=False)
             self.proc.start()
             await _exited(self.proc)
+            if self.proc.pid is not None:
+                metrics.process_gone(self.proc.pid)
             if stop.is_set():
                 return
             log.warning("serving_process_exited", pid=self.proc.pid, code=self.proc.exitcode,
@@ -172,11 +175,12 @@ def run_child(raw: dict[str, Any], sock: socket.socket, log_level: str) -> None:
     cfg = config.Config.model_validate(raw)
     import structlog
 
-    from gateway import app
+    from gateway import app, tracing
 
     observability.configure(log_level)
     # every log line of this process names it: which process served a request
     structlog.contextvars.bind_contextvars(pid=os.getpid())
     gc.set_threshold(20_000, 20, 20)  # as in cli.serve
-    application = app.build_app(cfg, manage_workers=False)
-    server(application, cfg.server).run(sockets=[sock])
+    application = app.build_app(cfg, traces=tracing.from_env(cfg.server.tracing, os.environ),
+                                manage_workers=False)
+    server(application, cfg.server, log_level).run(sockets=[sock])

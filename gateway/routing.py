@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters import base, registry
-from gateway import balancer, config
-from schemas import errors
+from adapters import base, registry, tokens
+from gateway import balancer, config, tokenizer
+from schemas import canonical, errors
 
 
 @dataclass(slots=True)
@@ -19,10 +19,19 @@ class Route:
     backend: base.Backend
     upstreams: balancer.Upstreams
     options: dict[str, Any] = field(default_factory=dict)  # for frontends, as plain data
+    vocab: tokens.Vocab | None = None  # the model's tokenizer, when one is known
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    def decoder(self, req: canonical.InferenceRequest, streaming: bool) -> base.StreamDecoder:
+        """The worker's decoder; with the model's tokenizer, token ids filled in for clients
+        whose format carries them (`per_token`)."""
+        dec = self.backend.decoder(req, streaming)
+        if req.per_token and self.vocab is not None:
+            return tokens.Tokenized(dec, self.vocab)
+        return dec
 
     @property
     def upstream_model(self) -> str:
@@ -51,12 +60,16 @@ class Router:
         self.routes: dict[str, Route] = {}
         self._by_name: dict[str, Route] = {}
         for i, m in enumerate(cfg.models):
+            vocab = tokenizer.for_model(m, i, cfg.workers)
             options: dict[str, Any] = {
                 "name": m.name, "chat_template": chat_template_text(m.chat_template, i),
                 **{k: v.model_dump() for k, v in m.protocol_options().items()},
-                **{k: v.model_dump() for k, v in cfg.protocol_options().items()}}
+                **{k: v.model_dump() for k, v in cfg.protocol_options().items()},
+                # the worker may name tokens by id (vLLM return_tokens_as_token_ids)
+                "tokenizer": vocab is not None,
+                "special_token_ids": vocab.special if vocab else frozenset()}
             route = Route(m, registry.backend(m.backend), balancer.Upstreams(m.upstreams),
-                          options)
+                          options, vocab)
             self.routes[m.name] = route
             for name in (m.name, *m.aliases):
                 self._by_name[name] = route

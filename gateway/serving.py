@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters import base, registry
-from gateway import config, exchange, observability, pipeline, routing
+from gateway import config, exchange, observability, pipeline, routing, telemetry, tracing
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -37,20 +37,23 @@ class Services:
     pipeline: pipeline.Pipeline
     in_flight: int = 0
     keys: frozenset[str] = field(default_factory=frozenset)
+    tracing: tracing.Tracing | None = None
 
 
 class ProtocolEndpoint:
     """An ASGI app serving one client protocol's inference route."""
 
-    def __init__(self, frontend: base.Frontend, services: Services):
+    def __init__(self, frontend: base.Frontend, services: Services, route: str = ""):
         self.frontend = frontend
         self.services = services
+        self.route = route  # the route's template: the metrics' and spans' `http.route`
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         rid = headers.get("x-request-id") or new_id()
-        x = Exchange(rid, scope["path"], time.perf_counter())
+        x = Exchange(rid, scope["path"], time.perf_counter(), route=self.route)
         s = self.services
+        x.watch = x.note.observer = telemetry.Watch(s.tracing, headers, self.route)
         admitted = False
         try:
             check_key(s.keys, headers)
@@ -66,6 +69,7 @@ class ProtocolEndpoint:
             await self._fail(exc, x, send)
         except Exception as exc:  # a bug: logged with its traceback, answered cleanly
             observability.log_bug(rid, exc)
+            x.error_type = "internal"
             await self._fail(errors.GatewayError("internal gateway error"), x, send)
         finally:
             if admitted:
@@ -91,10 +95,13 @@ class ProtocolEndpoint:
         s = self.services
         req = self.frontend.parse(body, ctx)
         route = s.router.resolve(req.model)
-        route.backend.check(req)
         x.model, x.stream = route.name, req.stream
+        if x.watch is not None:
+            x.watch.route(route, req)
+        route.backend.check(req)
         meta = base.ResponseMeta(new_id(), int(time.time()), req.model or route.name,
                                  x.request_id, route.options)
+        x.response_id = meta.id
         opened = await s.pipeline.open(route, req, x.request_id, x.note)
         x.first_event_at = time.perf_counter()
         batches = s.pipeline.batches(opened)
@@ -108,6 +115,8 @@ class ProtocolEndpoint:
         enc = self.frontend.encoder(req, meta)
         await self._head(200, enc.media_type, {"cache-control": "no-cache", **enc.headers}, x,
                          send)
+        prev: list[ev.Event] = []
+        last: list[ev.Event] = []
         try:
             async for batch in batches:
                 x.reads += 1
@@ -116,13 +125,17 @@ class ProtocolEndpoint:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 if isinstance(batch[-1], ev.Usage):
                     x.usage = batch[-1]
+                prev, last = last, batch
             tail = enc.finish()
+            # Workers end a stream with its finish and usage: its last two reads, not each one.
+            x.finish_reasons = [e.reason for e in (*prev, *last) if isinstance(e, ev.Finish)]
         except errors.GatewayError as exc:  # after the first byte: in-band, never a quiet cut
             x.error, x.outcome = logged(exc), "upstream_error"
+            x.error_type = telemetry.error_type(exc)
             tail = enc.fail(exc)
         except Exception as exc:
             observability.log_bug(x.request_id, exc)
-            x.error, x.outcome = str(exc), "bug"
+            x.error, x.outcome, x.error_type = str(exc), "bug", "internal"
             tail = enc.fail(errors.GatewayError("internal gateway error"))
         finally:
             await batches.aclose()
@@ -136,6 +149,7 @@ class ProtocolEndpoint:
             for e in batch:
                 done.add(e)
         x.usage = done.usage
+        x.finish_reasons = [c.finish.reason for c in done.choices if c.finish is not None]
         out = self.frontend.render(req, done, meta)
         await self._whole_response(out, x, send)
 
@@ -153,6 +167,7 @@ class ProtocolEndpoint:
 
     async def _fail(self, exc: errors.GatewayError, x: Exchange, send: Send) -> None:
         x.error = logged(exc)
+        x.error_type = x.error_type or telemetry.error_type(exc)
         if x.outcome == "ok":
             x.outcome = "client_error" if isinstance(exc, errors.RequestError) else "error"
         if x.head_sent:
@@ -160,7 +175,7 @@ class ProtocolEndpoint:
         try:
             await self._whole_response(self.frontend.render_error(exc), x, send)
         except OSError:  # the client is gone; nothing left to tell it
-            x.outcome = "client_closed"
+            x.outcome = x.error_type = "client_closed"
 
 
 def logged(exc: errors.GatewayError) -> str:
@@ -179,7 +194,7 @@ async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any], x: Exchan
         message = await receive()
         if message["type"] == "http.disconnect":
             if not x.finishing:
-                x.outcome = "client_closed"
+                x.outcome = x.error_type = "client_closed"
                 task.cancel()
             return
 

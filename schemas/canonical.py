@@ -83,6 +83,13 @@ class Sampling:
     truncate: int | None = None
     watermark: bool | None = None
     skip_special_tokens: bool | None = None
+    # No limit: as many tokens as fit the worker's context (TGI's default when `max_new_tokens`
+    # is absent, validation.rs), where `max_tokens` None is the worker's own default (vLLM and
+    # OpenAI completions: 16). Each worker protocol says it in its own terms.
+    max_tokens_fit: bool = False
+    # A matched stop string stays at the end of the text (TGI's StopSequenceCriteria keeps it;
+    # LMI's `include_stop_str_in_output`), where OpenAI and vLLM drop it.
+    keep_stop: bool = False
 
 
 ToolChoice = Literal["auto", "none", "required"] | str | None
@@ -102,6 +109,11 @@ class InferenceRequest:
     top_logprobs: int = 0
     prompt_logprobs: int | None = None
     token_ids: bool = False  # the client wants the generated (and prompt) token ids
+    # The client's format carries an id and a log prob on every generated token (TGI stream
+    # tokens and details, LMI token lines) although the client asked for text: they come from
+    # the worker where it gives them, else ids from the model's tokenizer (`models[].tokenizer`),
+    # else -1 ("unknown") and a null log prob. Never a reason to refuse the request.
+    per_token: bool = False
     echo: bool = False
     tools: list[ToolSpec] | None = None
     tool_choice: str | None = None  # "auto" | "none" | "required" | a function name
@@ -133,6 +145,7 @@ class Choice:
     reasoning: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     token_ids: list[int] | None = None
+    token_texts: list[str] | None = None  # the text of each id in `token_ids`
     logprobs: list[ev.TokenLogprob] | None = None
     finish: ev.Finish | None = None
 
@@ -193,6 +206,7 @@ def _add_text(c: Choice, e: ev.TextDelta) -> None:
     c.text += e.text
     if e.token_ids is not None:
         c.token_ids = (c.token_ids or []) + e.token_ids
+        c.token_texts = (c.token_texts or []) + [t for _, t, _ in e.per_token()]
     if e.logprobs is not None:
         c.logprobs = (c.logprobs or []) + e.logprobs
 

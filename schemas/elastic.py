@@ -158,6 +158,25 @@ class ChatCompletionChunk(_Strict):
     usage: Usage | None = None
 
 
+class MessageChoice(_Strict):
+    """A choice of the non-streaming answer: ChatCompletionChoiceResponse with `message`."""
+
+    message: Delta
+    finish_reason: str | None = None
+    index: int
+
+
+class ChatCompletion(_Strict):
+    """POST _inference/chat_completion/{id} without `_stream` (Elasticsearch 9.6, PR
+    #158022): ChatCompletionChunkResponse's non-streaming form; no `created`."""
+
+    id: str
+    choices: list[MessageChoice]
+    model: str
+    object: Literal["chat.completion"]
+    usage: Usage | None = None
+
+
 class ChunkEnvelope(_Strict):
     """Seed 004's documented event payload."""
 

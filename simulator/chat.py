@@ -175,14 +175,17 @@ def parse(
     )
 
 
-def _logprob_entry(tok: tokens.Token, k: int) -> dict[str, Any]:
-    """ChatCompletionLogProbsContent: token, logprob, bytes, top_logprobs."""
-    text = tok.logprob_text
-    top = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in tok.top(k)]
+def _logprob_entry(tok: tokens.Token, k: int, as_ids: bool = False) -> dict[str, Any]:
+    """ChatCompletionLogProbsContent: token, logprob, bytes, top_logprobs. With
+    `return_tokens_as_token_ids` (serving_chat.py _create_chat_logprobs) tokens are
+    `token_id:N`; the sampled token's bytes stay its text's, an alternative's are its
+    placeholder's (_get_top_logprobs encodes the string it shows)."""
+    shown = [(f"token_id:{i}", lp) for i, lp in tok.top_ids(k)] if as_ids else tok.top(k)
+    top = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in shown]
     return {
-        "token": text,
+        "token": tok.shown(as_ids),
         "logprob": tok.logprob,
-        "bytes": list(text.encode()),
+        "bytes": list(tok.logprob_text.encode()),
         "top_logprobs": top,
     }
 
@@ -255,7 +258,7 @@ class ChatRender:
         lp = (
             None
             if self.job.logprobs is None
-            else {"content": [_logprob_entry(tok, self.job.logprobs)]}
+            else {"content": [_logprob_entry(tok, self.job.logprobs, self.job.tokens_as_ids)]}
         )
         choice: dict[str, Any] = {
             "index": index,
@@ -300,7 +303,8 @@ class ChatRender:
             "reasoning_content": o.reasoning,
         }
         k = self.job.logprobs
-        lp = None if k is None else {"content": [_logprob_entry(t, k) for t in o.tokens]}
+        lp = None if k is None else {"content": [_logprob_entry(t, k, self.job.tokens_as_ids)
+                                                 for t in o.tokens]}
         return {
             "index": index,
             "message": message,

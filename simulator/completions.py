@@ -99,17 +99,21 @@ def parse(
     )
 
 
-def _logprobs(toks: list[tokens.Token], k: int, offset: int) -> dict[str, Any]:
-    """CompletionLogProbs; each top_logprobs dict holds k + 1 entries, sampled token first."""
+def _logprobs(toks: list[tokens.Token], k: int, offset: int,
+              as_ids: bool = False) -> dict[str, Any]:
+    """CompletionLogProbs; each top_logprobs dict holds k + 1 entries, sampled token first.
+    With `return_tokens_as_token_ids` every token string is `token_id:N` and, as in vLLM's
+    _create_completion_logprobs, the offsets count those strings' lengths."""
     offsets, tops = [], []
     for tok in toks:
         offsets.append(offset)
-        offset += len(tok.logprob_text)
-        tops.append(dict(tok.top(k + 1)))
+        offset += len(tok.shown(as_ids))
+        tops.append({f"token_id:{i}": lp for i, lp in tok.top_ids(k + 1)} if as_ids
+                    else dict(tok.top(k + 1)))
     return {
         "text_offset": offsets,
         "token_logprobs": [t.logprob for t in toks],
-        "tokens": [t.logprob_text for t in toks],
+        "tokens": [t.shown(as_ids) for t in toks],
         "top_logprobs": tops,
     }
 
@@ -139,7 +143,7 @@ class CompletionRender:
         tok, text, p = o.tokens[k], o.deltas[k] or "", index // job.n
         lp = None
         if job.logprobs is not None:
-            lp = _logprobs([tok], job.logprobs, self.offsets[index])
+            lp = _logprobs([tok], job.logprobs, self.offsets[index], job.tokens_as_ids)
         self.offsets[index] += len(text)
         last = k == len(o.tokens) - 1
         choice = {
@@ -173,7 +177,8 @@ class CompletionRender:
         return {
             "index": index,
             "text": prefix + (o.content or ""),
-            "logprobs": None if k is None else _logprobs(o.tokens, k, len(prefix)),
+            "logprobs": None if k is None else _logprobs(o.tokens, k, len(prefix),
+                                                         job.tokens_as_ids),
             "finish_reason": o.finish_reason,
             "stop_reason": o.stop_reason,
             "token_ids": o.token_ids if job.return_token_ids else None,

@@ -48,6 +48,7 @@ class Job:
     continuous_usage: bool = False
     logprobs: int | None = None  # alternatives per token; None: no logprobs
     return_token_ids: bool = False
+    tokens_as_ids: bool = False  # vLLM `return_tokens_as_token_ids`: logprob tokens by id
     echo: bool = False
     ttft_s: float = 0.0
     itl_s: float = 0.0
@@ -232,6 +233,7 @@ def job_fields(
         "include_usage": include_usage,
         "continuous_usage": continuous,
         "return_token_ids": bool(body.get("return_token_ids")),
+        "tokens_as_ids": bool(body.get("return_tokens_as_token_ids")),
         "ttft_s": ttft,
         "itl_s": itl,
         "faults": faults,

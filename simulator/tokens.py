@@ -116,10 +116,22 @@ class Token:
 
     def top(self, k: int) -> list[tuple[str, float]]:
         """The k most likely tokens at this step: this one first, then lower alternatives."""
-        alts = [(self.logprob_text, self.logprob)] if k > 0 else []
+        return [(self.logprob_text if j == 0 else token_text(i), lp)
+                for j, (i, lp) in enumerate(self.top_ids(k))]
+
+    def top_ids(self, k: int) -> list[tuple[int, float]]:
+        """`top` by id: this token's id first, then the alternatives' VOCAB ids."""
+        alts = [(self.id, self.logprob)] if k > 0 else []
         for j in range(1, k):
-            alts.append((VOCAB[(self.alt + 7 * j) % len(VOCAB)], round(self.logprob - 0.75 * j, 4)))
+            alts.append((VOCAB_BASE + (self.alt + 7 * j) % len(VOCAB),
+                         round(self.logprob - 0.75 * j, 4)))
         return alts
+
+    def shown(self, as_id: bool) -> str:
+        """The token string in logprobs: its text, or with vLLM's
+        `return_tokens_as_token_ids` the `token_id:N` placeholder (serving_engine.py
+        _get_decoded_token)."""
+        return f"token_id:{self.id}" if as_id else self.logprob_text
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,10 @@ OPENAI_EXTRA_FIELDS = frozenset({
 _log: Any = structlog.get_logger("gateway")
 
 # Canonical fields whose unset value is not None.
-_UNSET: dict[str, Any] = {"stop": [], "stop_token_ids": [], "n": 1}
+_UNSET: dict[str, Any] = {"stop": [], "stop_token_ids": [], "n": 1,
+                          "max_tokens_fit": False, "keep_stop": False}
+# Sampling fields each worker says in its own terms (`limits`), not by a rename.
+_OWN_SAMPLING = frozenset({"max_tokens_fit", "keep_stop"})
 
 
 class OpenAIBackend:
@@ -54,11 +57,15 @@ class OpenAIBackend:
     # What the worker can return besides text, decided before any I/O.
     TOKEN_IDS = False
     PROMPT_LOGPROBS = False
+    # Ask for logprobs when a client's format carries one per token (`per_token`) although
+    # it did not ask: only where the worker surely takes the field.
+    PER_TOKEN_LOGPROBS = False
 
     def check(self, req: canonical.InferenceRequest) -> None:
         for name in canonical.Sampling.__slots__:
             value = getattr(req.sampling, name)
-            if name not in self.SAMPLING and value != _UNSET.get(name):
+            if name not in self.SAMPLING and name not in _OWN_SAMPLING \
+                    and value != _UNSET.get(name):
                 raise errors.Unsupported(
                     f"`{name}` is not supported by this model's worker", field=name)
         if req.token_ids and not self.TOKEN_IDS:
@@ -77,7 +84,10 @@ class OpenAIBackend:
             body["prompt"] = _prompt(req.prompts or [""])
             path = self.COMPLETIONS_PATH
         self.sampling(req.sampling, body)
+        self.limits(req.sampling, body)
         self.options(req, body)
+        if req.per_token and req.top_logprobs and target.options.get("tokenizer"):
+            self.top_ids(body)
         if req.extra:
             self.extras(req.extra, body)
         return base.UpstreamRequest(
@@ -103,11 +113,22 @@ class OpenAIBackend:
             if value is not None and value != _UNSET.get(attr):
                 body[key] = value
 
+    def limits(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
+        """"As many tokens as fit" and "keep the matched stop string" in this worker's terms.
+        A plain OpenAI server has neither: its own limit applies, and the TGI and LMI encoders
+        put a matched stop string back where the worker reports which one matched."""
+
+    def top_ids(self, body: dict[str, Any]) -> None:
+        """Ask for the ids of the top alternatives (a tokenizer turns them into text); plain
+        OpenAI servers have no such field."""
+
     def options(self, req: canonical.InferenceRequest, body: dict[str, Any]) -> None:
         """Everything that is not sampling: streaming, logprobs, tools, formats."""
         body["stream"] = req.stream
         if req.stream:
             body["stream_options"] = {"include_usage": True}  # usage is always wanted upstream
+        if req.per_token and self.PER_TOKEN_LOGPROBS and not req.logprobs:
+            body["logprobs"] = True if req.is_chat else 0  # the sampled token's alone
         if req.logprobs:
             if req.is_chat:
                 body["logprobs"] = True

@@ -42,20 +42,44 @@ def usage(u: dict[str, Any]) -> ev.Usage:
     )
 
 
+def placeholder(token: str) -> int | None:
+    """The id in vLLM's `token_id:N` token string (return_tokens_as_token_ids,
+    serving_engine.py format_token_id_placeholder), else None."""
+    if token.startswith("token_id:") and token[9:].isdigit():
+        return int(token[9:])
+    return None
+
+
+def _top(token: str, logprob: float, raw: Any = None) -> ev.TopLogprob:
+    """An alternative; one named by id has no text here (a tokenizer may give it)."""
+    tid = placeholder(token)
+    if tid is None:
+        return ev.TopLogprob(token, logprob, raw)
+    return ev.TopLogprob("", logprob, None, tid)
+
+
 def chat_logprobs(lp: Any, ids: list[int] | None) -> list[ev.TokenLogprob] | None:
+    """ChatCompletionLogProbs. Named by id, the sampled token's `bytes` are still its text's
+    (serving_chat.py _create_chat_logprobs), the alternatives' the placeholder's."""
     content = lp.get("content") if isinstance(lp, dict) else None
     if content is None:
         return None
     out = []
     for i, t in enumerate(content):
-        tops = [ev.TopLogprob(a["token"], a["logprob"], a.get("bytes"))
+        tops = [_top(a["token"], a["logprob"], a.get("bytes"))
                 for a in t.get("top_logprobs") or ()]
         tid = ids[i] if ids is not None and len(ids) == len(content) else None
-        out.append(ev.TokenLogprob(t["token"], t["logprob"], t.get("bytes"), tid, tops))
+        token, raw = t["token"], t.get("bytes")
+        if (named := placeholder(token)) is not None:
+            tid, token = named, bytes(raw or ()).decode("utf-8", "replace")
+        out.append(ev.TokenLogprob(token, t["logprob"], raw, tid, tops))
     return out
 
 
-def completion_logprobs(lp: Any, ids: list[int] | None) -> list[ev.TokenLogprob] | None:
+def completion_logprobs(lp: Any, ids: list[int] | None,
+                        text: str = "") -> list[ev.TokenLogprob] | None:
+    """CompletionLogProbs. Tokens named by id carry no text (their `text_offset`s count the
+    placeholders, serving_completion.py): one token alone in its chunk is the chunk's text."""
     if not isinstance(lp, dict) or lp.get("tokens") is None:
         return None
     tokens, values = lp["tokens"], lp.get("token_logprobs") or []
@@ -65,8 +89,10 @@ def completion_logprobs(lp: Any, ids: list[int] | None) -> list[ev.TokenLogprob]
         alt = tops[i] if i < len(tops) and tops[i] else {}
         tid = ids[i] if ids is not None and len(ids) == len(tokens) else None
         value = values[i] if i < len(values) and values[i] is not None else 0.0
+        if (named := placeholder(tok)) is not None:
+            tid, tok = named, text if len(tokens) == 1 else ""
         out.append(ev.TokenLogprob(tok, value, None, tid,
-                                   [ev.TopLogprob(k, v) for k, v in alt.items()]))
+                                   [_top(k, v) for k, v in alt.items()]))
     return out
 
 
@@ -177,7 +203,7 @@ class OpenAIDecoder:
             out.append(prompt_info(i, c.get("prompt_token_ids"), c.get("prompt_logprobs")))
         ids = c.get("token_ids")
         lp = c.get("logprobs")
-        lps = completion_logprobs(lp, ids) if lp else None
+        lps = completion_logprobs(lp, ids, c.get("text") or "") if lp else None
         if c.get("text") or ids or lps:
             out.append(ev.TextDelta(i, c.get("text") or "", ids, lps))
         self._end(c, i, out)

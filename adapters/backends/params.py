@@ -71,11 +71,12 @@ Table = Mapping[str, Rule]
 # The options of a request besides its sampling, with the value that means "not asked for".
 REQUEST_FIELDS: dict[str, Any] = {
     "logprobs": False, "top_logprobs": 0, "prompt_logprobs": None, "token_ids": False,
-    "echo": False, "tools": None, "tool_choice": None, "parallel_tool_calls": None,
-    "response_format": None, "reasoning_effort": None, "user": None,
+    "per_token": False, "echo": False, "tools": None, "tool_choice": None,
+    "parallel_tool_calls": None, "response_format": None, "reasoning_effort": None, "user": None,
 }
 # Sampling fields whose unset value is not None.
-_SAMPLING_UNSET: dict[str, Any] = {"stop": [], "stop_token_ids": [], "n": 1}
+_SAMPLING_UNSET: dict[str, Any] = {"stop": [], "stop_token_ids": [], "n": 1,
+                                   "max_tokens_fit": False, "keep_stop": False}
 
 
 def asked(req: canonical.InferenceRequest) -> Iterator[tuple[str, Any]]:

@@ -127,6 +127,8 @@ _COMMON: dict[str, params.Rule] = {
     "parallel_tool_calls": Drop("TGI calls one tool at a time"),
     "user": Drop("no meaning to the worker"),
     "include_stop_str_in_output": Own("TGI keeps the stop string; the decoder cuts it unless so"),
+    "keep_stop": Own("TGI keeps the stop string; the decoder cuts it unless so"),
+    "max_tokens_fit": Own("TGI's own default: as many tokens as fit (validation.rs)"),
     "suffix": Refuse("no insertion"),
 }
 
@@ -150,6 +152,7 @@ GENERATE: dict[str, params.Rule] = {
     "prompt_logprobs": _capable("prompt_logprobs", "generate",
                                 Own("decoder_input_details, without streaming"), "none"),
     "token_ids": _capable("token_ids", "generate", Own("every token comes with its id"), "none"),
+    "per_token": Own("every token comes with its id and logprob (details)"),
     "echo": Own("the decoder puts the prompt before the answer"),
     "tools": _capable("tool_calls", "generate", Own("tools"), "tools need chat messages"),
     "tool_choice": _capable("tool_calls", "generate", Own("tools"), "tools need chat messages"),
@@ -179,6 +182,7 @@ CHAT: dict[str, params.Rule] = {
     "prompt_logprobs": _capable("prompt_logprobs", "chat", Own("prompt"),
                                 "TGI's chat API has no prompt logprobs"),
     "token_ids": _capable("token_ids", "chat", Own("ids"), "TGI's chat API returns no token ids"),
+    "per_token": Own("ids from the model's tokenizer, else unknown"),
     "echo": Refuse("no echo in chat"),
     "tools": _capable("tool_calls", "chat", Own("OpenAI tools"), "no tools"),
     "tool_choice": _capable("tool_calls", "chat", Own("OpenAI tool_choice"), "no tools"),
@@ -191,7 +195,7 @@ UNKNOWN_EXTRA = Drop("TGI has no such parameter")
 
 
 def keeps_stop(req: canonical.InferenceRequest) -> bool:
-    return req.extra.get("include_stop_str_in_output") is True
+    return req.sampling.keep_stop or req.extra.get("include_stop_str_in_output") is True
 
 
 def best_of(req: canonical.InferenceRequest) -> int:
@@ -287,9 +291,10 @@ class TgiBackend:
         if req.is_chat:
             return tgi_decode.TgiChatDecoder(streaming, req.sampling.stop, keep)
         echo = str(req.prompts[0]) if req.echo and req.prompts else None
+        logprobs = req.logprobs or req.per_token  # TGI gives every token's id and logprob
         if streaming:
-            return tgi_decode.TgiStreamDecoder(req.sampling.stop, keep, req.logprobs, echo)
-        return tgi_decode.TgiWholeDecoder(req.sampling.stop, keep, req.logprobs, echo,
+            return tgi_decode.TgiStreamDecoder(req.sampling.stop, keep, logprobs, echo)
+        return tgi_decode.TgiWholeDecoder(req.sampling.stop, keep, logprobs, echo,
                                           req.sampling.n)
 
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:

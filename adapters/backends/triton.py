@@ -114,11 +114,14 @@ TRITON: dict[str, params.Rule] = {
     "truncate": Refuse("the ensemble does not truncate prompts"),
     "watermark": Refuse("no watermarking", noop=False),
     "skip_special_tokens": Drop("a setting of the postprocessing model", noop=True),
+    "max_tokens_fit": Own("a limit past what fits is lowered by TensorRT-LLM"),
+    "keep_stop": Own("the decoder keeps a matched stop string"),
     "logprobs": _capable("logprobs", Own("logprobs"),
                          "`output_log_probs` come without their token text"),
     "top_logprobs": _capable("logprobs", Own("logprobs"), "no alternatives per token"),
     "prompt_logprobs": _capable("prompt_logprobs", Own("prompt"), "no prompt logprobs"),
     "token_ids": _capable("token_ids", Own("ids"), "the ensemble returns text only"),
+    "per_token": Own("ids from the model's tokenizer, else unknown; null log probs"),
     "echo": Own("the decoder puts the prompt before the answer"),
     "tools": Own("rendered by the chat template"),
     "tool_choice": Translate(_tool_choice),
@@ -140,13 +143,13 @@ def max_tokens(req: canonical.InferenceRequest) -> int:
     """The limit sent: the client's, or a default (the decoder compares the count with it)."""
     if req.sampling.max_tokens is not None:
         return req.sampling.max_tokens
-    if req.is_chat or ("max_tokens" in req.extra and req.extra["max_tokens"] is None):
+    if req.is_chat or req.sampling.max_tokens_fit:
         return UNLIMITED_MAX_TOKENS
     return DEFAULT_MAX_TOKENS
 
 
 def keeps_stop(req: canonical.InferenceRequest) -> bool:
-    return req.extra.get("include_stop_str_in_output") is True
+    return req.sampling.keep_stop or req.extra.get("include_stop_str_in_output") is True
 
 
 class TritonBackend:

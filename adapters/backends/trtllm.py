@@ -36,6 +36,14 @@ class TrtllmBackend(openai.OpenAIBackend):
 
     SAMPLING: ClassVar[dict[str, str]] = TRTLLM_SAMPLING
     EXTRA_FIELDS: ClassVar[frozenset[str]] = TRTLLM_EXTRA_FIELDS
+    PER_TOKEN_LOGPROBS = True  # CompletionRequest / ChatCompletionRequest `logprobs`
+
+    def limits(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
+        """`include_stop_str_in_output` is declared (openai_protocol.py); there is no way to
+        ask for "as many tokens as fit", so `max_tokens` is left out and trtllm-serve's own
+        default applies."""
+        if s.keep_stop:
+            body["include_stop_str_in_output"] = True
 
     def check(self, req: canonical.InferenceRequest) -> None:
         super().check(req)

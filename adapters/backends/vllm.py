@@ -45,10 +45,24 @@ class VllmBackend(openai.OpenAIBackend):
     EXTRA_FIELDS: ClassVar[frozenset[str]] = VLLM_EXTRA_FIELDS
     TOKEN_IDS = True
     PROMPT_LOGPROBS = True
+    PER_TOKEN_LOGPROBS = True
+
+    def limits(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
+        if s.max_tokens_fit and s.max_tokens is None:
+            # protocol.py CompletionRequest: `max_tokens` null is max_model_len - prompt
+            # length (the default is 16 on /v1/completions).
+            body["max_tokens"] = None
+        if s.keep_stop:
+            body["include_stop_str_in_output"] = True
+
+    def top_ids(self, body: dict[str, Any]) -> None:
+        """vLLM's `return_tokens_as_token_ids`: every logprob token string is `token_id:N`
+        (serving_engine.py _get_decoded_token), which the decoder reads as an id."""
+        body["return_tokens_as_token_ids"] = True
 
     def options(self, req: canonical.InferenceRequest, body: dict[str, Any]) -> None:
         super().options(req, body)
-        if req.token_ids:
+        if req.token_ids or req.per_token:
             body["return_token_ids"] = True  # vLLM >= 0.10.2
         if req.prompt_logprobs is not None:
             body["prompt_logprobs"] = req.prompt_logprobs

@@ -24,7 +24,6 @@ from adapters import base, validation
 from adapters.frontends import elastic_encode as enc
 from schemas import canonical, errors
 from schemas import elastic as wire
-from schemas import events as ev
 
 # The parser names Elasticsearch puts in its messages: UnifiedCompletionRequest.PARSER
 # (the class's simple name) and InferenceAction.Request.PARSER (the action's NAME).
@@ -62,10 +61,13 @@ _TASK_SETTINGS = ("user", "temperature", "top_p", "top_k", "max_tokens")
 
 class ElasticChatFrontend:
     """The unified chat completion API; `framing` is the gateway's `elastic.framing`, noted at
-    each parse because render_error has no request to read it from (it is gateway-wide)."""
+    each parse because render_error has no request to read it from (it is gateway-wide).
+    `stream` False: POST _inference/chat_completion/{id} without `_stream`, a whole JSON
+    answer (Elasticsearch 9.6, PR #158022)."""
 
-    def __init__(self, framing: enc.Framing = "documented"):
+    def __init__(self, framing: enc.Framing = "documented", stream: bool = True):
         self.framing: enc.Framing = framing
+        self.stream = stream
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> canonical.InferenceRequest:
         name, self.framing = _inference_id(ctx)
@@ -78,10 +80,10 @@ class ElasticChatFrontend:
             sampling=canonical.Sampling(max_tokens=raw.max_completion_tokens,
                                         temperature=raw.temperature, top_p=raw.top_p,
                                         stop=list(raw.stop or [])),
-            # Seed 004: "only supports streaming"; Elasticsearch asks its provider for usage
-            # and ends with a usage chunk (OpenAiUnifiedChatCompletionRequestEntity).
-            stream=True, include_usage=True,
-            client_state=enc.ElasticState(self.framing))
+            # Seed 004: the _stream and _unified routes stream; Elasticsearch asks its provider
+            # for usage and ends with a usage chunk (OpenAiUnifiedChatCompletionRequestEntity).
+            stream=self.stream, include_usage=True,
+            client_state=enc.ElasticState(self.framing, _response_type(ctx)))
         if raw.tools:
             req.tools = [canonical.ToolSpec(t.function.name, t.function.description,
                                             t.function.parameters, t.function.strict)
@@ -98,12 +100,15 @@ class ElasticChatFrontend:
 
     def render(self, req: canonical.InferenceRequest, done: canonical.Completion,
                meta: base.ResponseMeta) -> base.Rendered:
-        """Never reached (every chat answer streams); kept whole for the Frontend protocol."""
-        stream = enc.ChatStreamEncoder(meta, _framing(req, meta))
-        out = b"".join(stream.encode(e) for e in _events(done)) + stream.finish()
-        return base.Rendered(200, out, enc.SSE_MEDIA_TYPE, dict(enc.PRODUCT_HEADERS))
+        """The non-streaming chat completion (ChatCompletionChunkResponse, `message`)."""
+        state = req.client_state if isinstance(req.client_state, enc.ElasticState) \
+            else enc.ElasticState()
+        return base.Rendered(200, orjson.dumps(enc.chat_body(done, meta)), state.media_type,
+                             dict(enc.PRODUCT_HEADERS))
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
+        if not self.stream:
+            return enc.render_unified_json_error(exc)
         return enc.render_stream_error(exc, self.framing, unified=True)
 
 
@@ -322,21 +327,3 @@ def _response_type(ctx: base.RequestContext) -> str:
             return f"application/vnd.elasticsearch+json;compatible-with={version}" if version \
                 else "application/vnd.elasticsearch+json"
     return enc.JSON_MEDIA_TYPE
-
-
-def _events(done: canonical.Completion) -> list[ev.Event]:
-    """A folded answer as events again (render of a stream-only API)."""
-    out: list[ev.Event] = []
-    for c in done.choices:
-        out.append(ev.Role(c.index))
-        if c.reasoning:
-            out.append(ev.ReasoningDelta(c.index, c.reasoning))
-        if c.text:
-            out.append(ev.TextDelta(c.index, c.text))
-        out += [ev.ToolCallDelta(c.index, i, t.id, t.name, t.arguments)
-                for i, t in enumerate(c.tool_calls)]
-        if c.finish is not None:
-            out.append(c.finish)
-    if done.usage is not None:
-        out.append(done.usage)
-    return out

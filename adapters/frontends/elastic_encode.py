@@ -215,6 +215,36 @@ class CompletionStreamEncoder:
         return done(self._framing)
 
 
+def chat_body(done_: canonical.Completion, meta: base.ResponseMeta) -> dict[str, Any]:
+    """A whole chat completion as Elasticsearch answers POST _inference/chat_completion/{id}
+    (PR #158022): ChatCompletionChunkResponse's non-streaming form, the stream chunk's shape
+    with `message` for `delta` — id, choices (message, finish_reason, index), model, object
+    `chat.completion`, usage; no `created`; null fields left out (ChatCompletionMessageResponse
+    content, refusal, role, reasoning, tool_calls; ChatCompletionToolCall index, id,
+    function {arguments, name}, type)."""
+    choices = []
+    for c in done_.choices:
+        msg: dict[str, Any] = {}
+        if c.text or not c.tool_calls:
+            msg["content"] = c.text
+        msg["role"] = "assistant"
+        if c.reasoning:
+            msg["reasoning"] = c.reasoning
+        if c.tool_calls:
+            msg["tool_calls"] = [
+                {"index": i, "id": t.id, "function": {"arguments": t.arguments, "name": t.name},
+                 "type": "function"} for i, t in enumerate(c.tool_calls)]
+        choice: dict[str, Any] = {"message": msg}
+        if c.finish is not None:
+            choice["finish_reason"] = FINISH[c.finish.reason]
+        choice["index"] = c.index
+        choices.append(choice)
+    generated = sum(len(c.token_ids or ()) for c in done_.choices)
+    return {"id": openai_encode.CHAT_ID + meta.id, "choices": choices, "model": meta.model,
+            "object": "chat.completion",
+            "usage": usage_dict(done_.usage or ev.Usage(0, generated))}
+
+
 def completion_body(done_: canonical.Completion) -> dict[str, Any]:
     """ChatCompletionResults: `{"completion": [{"result": text}]}`, one result per choice."""
     return {"completion": [{"result": c.text} for c in done_.choices]}
@@ -291,6 +321,16 @@ def render_json_error(exc: errors.GatewayError) -> base.Rendered:
     else:
         body = orjson.dumps(es_error(exc))
     return base.Rendered(exc.status, body, JSON_MEDIA_TYPE, _headers(exc))
+
+
+def render_unified_json_error(exc: errors.GatewayError) -> base.Rendered:
+    """An error of the non-streaming chat route: the unified error object
+    (UnifiedChatCompletionException) as a JSON body with the error's status; errors of the
+    REST layer keep their own JSON form."""
+    if rest_layer(exc):
+        return render_json_error(exc)
+    return base.Rendered(exc.status, orjson.dumps(unified_error(exc)), JSON_MEDIA_TYPE,
+                         _headers(exc))
 
 
 def render_stream_error(exc: errors.GatewayError, framing: Framing,

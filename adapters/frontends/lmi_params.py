@@ -46,7 +46,6 @@ SAMPLING: dict[str, str] = {
 # they reach the worker through `extra` (vLLM takes them; trtllm-serve takes those it declares
 # and its backend refuses the rest with a 4xx naming them).
 EXTRA: dict[str, str] = {
-    "include_stop_str_in_output": "include_stop_str_in_output",
     "spaces_between_special_tokens": "spaces_between_special_tokens",
     "early_stopping": "early_stopping",
     "bad_sequences": "bad_words",  # TensorRT-LLM block; vLLM SamplingParams.bad_words
@@ -95,9 +94,11 @@ def inputs_request(data: dict[str, Any], tgi_compat: bool, sse: bool) -> canonic
     top_n = p.top_n_tokens or 0
     req = canonical.InferenceRequest(
         prompts=list[str | list[int]](prompts), sampling=sampling, stream=stream,
-        logprobs=per_token or bool(top_n) or p.logprobs is not None,
+        # The lines' ids and log_probs are `per_token` (the worker's, else the tokenizer's
+        # ids and null, never refused); top tokens and `logprobs` are asked for by name.
+        logprobs=bool(top_n) or p.logprobs is not None,
         top_logprobs=top_n or p.logprobs or 0,
-        token_ids=per_token,
+        per_token=per_token,
         prompt_logprobs=_prompt_logprobs(p),
         client_state=LmiState(
             schema="dynamic" if dynamic else "rolling", stream=stream, sse=sse or tgi_compat,
@@ -108,6 +109,7 @@ def inputs_request(data: dict[str, Any], tgi_compat: bool, sse: bool) -> canonic
     for name, key in EXTRA.items():
         if (value := getattr(p, name)) is not None:
             req.extra[key] = value
+    req.sampling.keep_stop = bool(p.include_stop_str_in_output)
     return req
 
 

@@ -38,7 +38,8 @@ VLLM_FINISH: dict[str, str] = {
 CHAT_ID = "chatcmpl-"
 COMPLETION_ID = "cmpl-"
 # DJL's stand-in token (rolling_batch_vllm_utils.py: `Token(id=-1, text="")` when a step has no
-# token) and the id written where a worker reported none (vLLM gives no ids for top logprobs).
+# token) and the id written where neither the worker nor the model's tokenizer gave one:
+# "unknown" (SPEC.md; adapters/tokens.py).
 UNKNOWN_ID = -1
 
 
@@ -62,8 +63,9 @@ def top_tokens(lp: ev.TokenLogprob | None, tid: int, tgi: bool) -> list[dict[str
 
 
 def choice_tokens(c: canonical.Choice) -> list[tuple[int, str, ev.TokenLogprob | None]]:
-    ids, lps = c.token_ids or [], c.logprobs or []
-    return [(ids[i] if i < len(ids) else UNKNOWN_ID, lps[i].token if i < len(lps) else "",
+    ids, lps, texts = c.token_ids or [], c.logprobs or [], c.token_texts or []
+    return [(ids[i] if i < len(ids) else UNKNOWN_ID,
+             lps[i].token if i < len(lps) else (texts[i] if i < len(texts) else ""),
              lps[i] if i < len(lps) else None) for i in range(max(len(ids), len(lps)))]
 
 

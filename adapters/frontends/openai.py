@@ -44,6 +44,8 @@ class OpenAIChatFrontend(_OpenAIFrontend):
         req.parallel_tool_calls = raw.parallel_tool_calls
         req.response_format = raw.response_format
         req.reasoning_effort = raw.reasoning_effort
+        if enc.from_elasticsearch(ctx.headers):
+            req.client_state = enc.ELASTICSEARCH  # its chunks carry no `"usage": null`
         return req
 
     def encoder(

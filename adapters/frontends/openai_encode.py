@@ -28,6 +28,20 @@ FINISH = {
 }
 
 
+# Marks a request from Elasticsearch's inference `openai` service (InferenceRequest.client_state).
+ELASTICSEARCH = "elasticsearch"
+# That service's HTTP client (x-pack inference external/http/HttpClient.java) is an Apache
+# HttpAsyncClient built with no user agent, so it sends the library's default one
+# (HttpAsyncClientBuilder.build: VersionInfo.getUserAgent("Apache-HttpAsyncClient", ...)).
+ELASTICSEARCH_USER_AGENT = "Apache-HttpAsyncClient/"
+
+
+def from_elasticsearch(headers: Mapping[str, str]) -> bool:
+    """Whether a request comes from Elasticsearch's inference client. Another client of the
+    same library is answered the same way, which costs it nothing (see _Chunks)."""
+    return headers.get("user-agent", "").startswith(ELASTICSEARCH_USER_AGENT)
+
+
 def usage_dict(u: ev.Usage) -> dict[str, int]:
     # OpenAI's key order: prompt, completion, total (api-reference, "usage" object).
     return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
@@ -71,8 +85,12 @@ class _Chunks:
         ))
         self._head = head
         self._prefix = b"data: " + head
-        # openai api-reference: with include_usage, all other chunks carry "usage": null.
-        self._suffix = (b'],"usage":null}' if req.include_usage else b"]}") + b"\n\n"
+        # openai api-reference: with include_usage, all other chunks carry "usage": null. Not
+        # for Elasticsearch: 8.18 / 9.0 declare `usage` with declareObject, which refuses a JSON
+        # null (OpenAiUnifiedStreamingProcessor); a missing key means the same to the OpenAI
+        # SDK (ChatCompletionChunk.usage is Optional).
+        null_usage = req.include_usage and req.client_state != ELASTICSEARCH
+        self._suffix = (b'],"usage":null}' if null_usage else b"]}") + b"\n\n"
         self._include_usage = req.include_usage
         self._usage: ev.Usage | None = None
         self._generated = 0

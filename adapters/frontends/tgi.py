@@ -51,11 +51,11 @@ class TgiFrontend:
 
     def encoder(self, req: canonical.InferenceRequest,
                 meta: base.ResponseMeta) -> base.StreamEncoder:
-        return enc.StreamEncoder(req)
+        return enc.StreamEncoder(req, enc.special_ids(meta))
 
     def render(self, req: canonical.InferenceRequest, done: canonical.Completion,
                meta: base.ResponseMeta) -> base.Rendered:
-        return enc.render(req, done)
+        return enc.render(req, done, enc.special_ids(meta))
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
         """/generate_stream answers every error after HTTP 200 as an event (server.rs). POST /
@@ -82,14 +82,16 @@ def to_canonical(raw: wire.GenerateRequest, stream: bool,
     check(raw.inputs, p, do_sample, best_of)
     sampling = _sampling(p, do_sample, best_of)
     details = bool(p.details or (p.decoder_input_details and not stream))
-    # Every streamed token carries its id and logprob (StreamResponse.token); details and
-    # best_of need them too (best_of picks by mean logprob, infer/mod.rs generate_best_of).
-    per_token = stream or details or best_of > 1
+    # Every streamed token carries its id and logprob (StreamResponse.token), and so do the
+    # details' tokens: the worker's, else the tokenizer's ids and null logprobs (`per_token`,
+    # never refused). What the client asks for by name is required: the top tokens, and the
+    # logprobs best_of picks by (mean logprob, infer/mod.rs generate_best_of).
     full_text = p.return_full_text if p.return_full_text is not None else compat
     req = canonical.InferenceRequest(
         model=p.adapter_id,  # a LoRA adapter is a model name to vLLM
         prompts=[raw.inputs], sampling=sampling, stream=stream,
-        logprobs=per_token, top_logprobs=p.top_n_tokens or 0, token_ids=per_token,
+        logprobs=best_of > 1 or bool(p.top_n_tokens), top_logprobs=p.top_n_tokens or 0,
+        per_token=stream or details or best_of > 1,
         prompt_logprobs=1 if p.decoder_input_details else None,
         client_state=enc.TgiState(
             details=details, prefill=bool(p.decoder_input_details),
@@ -129,13 +131,10 @@ def _sampling(p: wire.GenerateParameters, do_sample: bool, best_of: int) -> cano
 
 def _extras(req: canonical.InferenceRequest, p: wire.GenerateParameters) -> None:
     """What has no canonical field, for the worker to take as is (vLLM extras)."""
-    if p.max_new_tokens is None:
-        # TGI's default is as many tokens as fit (validation.rs validate_input); vLLM's
-        # completions default is 16 unless `max_tokens` is sent as null (max_model_len - prompt).
-        req.extra["max_tokens"] = None
-    if p.stop:
-        # TGI keeps the matched stop sequence in the text; vLLM drops it unless told.
-        req.extra["include_stop_str_in_output"] = True
+    # TGI's default is as many tokens as fit (validation.rs validate_input), and it keeps the
+    # matched stop sequence in the text (StopSequenceCriteria); each worker says so its way.
+    req.sampling.max_tokens_fit = p.max_new_tokens is None
+    req.sampling.keep_stop = bool(p.stop)
     if p.grammar is not None:
         _grammar(req, p.grammar)
 

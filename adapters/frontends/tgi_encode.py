@@ -30,8 +30,9 @@ FINISH: dict[str, str] = {
     "abort": "eos_token", "error": "eos_token",
 }
 
-# A token whose id the worker did not report (vLLM gives no ids for top logprobs). TGI ids are
-# u32, so -1 never collides with a real id; clients read it as an int (text_generation Token.id).
+# "Unknown": a token whose id neither the worker nor the model's tokenizer gave (SPEC.md;
+# adapters/tokens.py). TGI ids are u32, so -1 never collides with a real id; clients read it as
+# an int (text_generation Token.id).
 UNKNOWN_ID = -1
 
 _F32 = struct.Struct("<f")
@@ -93,19 +94,36 @@ def with_stop(text: str, finish: ev.Finish | None) -> str:
     return text
 
 
-def token(tid: int, text: str, lp: ev.TokenLogprob | None) -> dict[str, Any]:
-    """`Token` (lib.rs). vLLM does not say which tokens are special, so `special` is false."""
+_NONE: frozenset[int] = frozenset()
+
+
+def special_ids(meta: base.ResponseMeta) -> frozenset[int]:
+    """The model's special token ids, from its tokenizer (`models[].tokenizer`); none known
+    without one (workers do not say which tokens are special), so `special` is false then."""
+    ids = meta.options.get("special_token_ids")
+    return ids if isinstance(ids, frozenset) else _NONE
+
+
+def token(tid: int, text: str, lp: ev.TokenLogprob | None,
+          special: frozenset[int] = _NONE) -> dict[str, Any]:
+    """`Token` (lib.rs); `special` as the tokenizer's added tokens say (TGI: `special` is
+    `all_special_ids.contains(id)`, server/text_generation_server/models)."""
     return {"id": tid, "text": text, "logprob": f32(lp.logprob) if lp is not None else None,
-            "special": False}
+            "special": tid in special}
 
 
-def top_tokens(lp: ev.TokenLogprob | None, tid: int, k: int) -> list[dict[str, Any]]:
+def top_tokens(lp: ev.TokenLogprob | None, tid: int, k: int,
+               special: frozenset[int] = _NONE) -> list[dict[str, Any]]:
     """The k most likely tokens at a position, best first (TGI's batch_top_tokens)."""
     if lp is None or not k or not lp.top:
         return []
     alts = sorted(lp.top, key=lambda a: -a.logprob)[:k]
-    return [{"id": a.id if a.id is not None else (tid if a.token == lp.token else UNKNOWN_ID),
-             "text": a.token, "logprob": f32(a.logprob), "special": False} for a in alts]
+    out = []
+    for a in alts:
+        aid = a.id if a.id is not None else (tid if a.token == lp.token else UNKNOWN_ID)
+        out.append({"id": aid, "text": a.token, "logprob": f32(a.logprob),
+                    "special": aid in special})
+    return out
 
 
 _MORE = b',"generated_text":null,"details":null}\n\n'
@@ -126,8 +144,9 @@ class StreamEncoder:
     # server.rs generate_stream_internal: X-Accel-Buffering: no (cache-control comes from axum).
     headers: Mapping[str, str] = MappingProxyType({"x-accel-buffering": "no"})
 
-    def __init__(self, req: canonical.InferenceRequest):
+    def __init__(self, req: canonical.InferenceRequest, special: frozenset[int] = _NONE):
         self._st: TgiState = req.client_state
+        self._special = special
         self._index = 0
         self._held: bytes | None = None  # the newest token's event, without its tail
         self._text: list[str] = []
@@ -164,7 +183,7 @@ class StreamEncoder:
             self._index += 1
             self._held = b'{"index":%d,"token":%s' % (self._index, orjson.dumps({
                 "id": ids[0], "text": e.text, "logprob": f32(lp.logprob) if lp else None,
-                "special": False}))
+                "special": ids[0] in self._special}))
             self._text.append(e.text)
             self._tokens += 1
             return out
@@ -179,8 +198,8 @@ class StreamEncoder:
     def _head(self, t: tuple[int, str, ev.TokenLogprob | None]) -> bytes:
         self._index += 1  # server.rs: `index += 1` before the first event, so it starts at 1
         head = b'{"index":' + str(self._index).encode() + b',"token":' + orjson.dumps(
-            token(*t))
-        if tops := top_tokens(t[2], t[0], self._st.top_n_tokens):
+            token(*t, self._special))
+        if tops := top_tokens(t[2], t[0], self._st.top_n_tokens, self._special):
             head += b',"top_tokens":' + orjson.dumps(tops)
         return head
 
@@ -228,9 +247,11 @@ class StreamEncoder:
 def _choice_tokens(c: canonical.Choice) -> list[tuple[int, str, ev.TokenLogprob | None]]:
     ids = c.token_ids or []
     lps = c.logprobs or []
+    texts = c.token_texts or []
     n = max(len(ids), len(lps))
     return [(ids[i] if i < len(ids) else UNKNOWN_ID,
-             lps[i].token if i < len(lps) else "", lps[i] if i < len(lps) else None)
+             lps[i].token if i < len(lps) else (texts[i] if i < len(texts) else ""),
+             lps[i] if i < len(lps) else None)
             for i in range(n)]
 
 
@@ -243,16 +264,16 @@ def _prefill(done: canonical.Completion, choice: int) -> list[dict[str, Any]]:
 
 
 def _sequence(st: TgiState, done: canonical.Completion, c: canonical.Choice,
-              usage: ev.Usage | None) -> dict[str, Any]:
+              usage: ev.Usage | None, special: frozenset[int] = _NONE) -> dict[str, Any]:
     """The fields Details and BestOfSequence share, in lib.rs order."""
     toks = _choice_tokens(c)
     count = len(toks) or (usage.completion_tokens if usage is not None else 0)
     out: dict[str, Any] = {
         "finish_reason": finish_reason(c.finish), "generated_tokens": count, "seed": st.seed,
         "prefill": _prefill(done, c.index) if st.prefill else [],
-        "tokens": [token(*t) for t in toks]}
+        "tokens": [token(*t, special) for t in toks]}
     if st.top_n_tokens:
-        out["top_tokens"] = [top_tokens(t[2], t[0], st.top_n_tokens) for t in toks]
+        out["top_tokens"] = [top_tokens(t[2], t[0], st.top_n_tokens, special) for t in toks]
     return out
 
 
@@ -272,28 +293,30 @@ def pick_best(choices: list[canonical.Choice]) -> tuple[canonical.Choice, list[c
 
 
 def generate_body(st: TgiState, done: canonical.Completion, best: canonical.Choice,
-                  others: list[canonical.Choice]) -> dict[str, Any]:
+                  others: list[canonical.Choice],
+                  special: frozenset[int] = _NONE) -> dict[str, Any]:
     """`GenerateResponse` (lib.rs): details only when asked, best_of_sequences only for
     best_of > 1, top_tokens only when non-empty (skip_serializing_if)."""
     out: dict[str, Any] = {"generated_text": with_stop(st.prefix + best.text, best.finish)}
     if not st.details:
         return out
-    d = _sequence(st, done, best, done.usage if st.best_of == 1 else None)
+    d = _sequence(st, done, best, done.usage if st.best_of == 1 else None, special)
     tops = d.pop("top_tokens", None)
     if st.best_of > 1:
         d["best_of_sequences"] = [
             {"generated_text": with_stop(st.prefix + c.text, c.finish),
-             **_sequence(st, done, c, None)} for c in others]
+             **_sequence(st, done, c, None, special)} for c in others]
     if tops:
         d["top_tokens"] = tops
     out["details"] = d
     return out
 
 
-def render(req: canonical.InferenceRequest, done: canonical.Completion) -> base.Rendered:
+def render(req: canonical.InferenceRequest, done: canonical.Completion,
+           special: frozenset[int] = _NONE) -> base.Rendered:
     st: TgiState = req.client_state
     best, others = pick_best(done.choices) if st.best_of > 1 else (done.choices[0], [])
-    body = generate_body(st, done, best, others)
+    body = generate_body(st, done, best, others, special)
     headers = {}
     if done.usage is not None:  # server.rs generate_internal: the returned sequence's counts
         generated = len(best.token_ids) if best.token_ids else done.usage.completion_tokens

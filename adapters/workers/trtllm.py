@@ -7,4 +7,5 @@ from adapters import base
 WORKER = base.WorkerKind(
     command=("trtllm-serve", "{model}", "--host", "{host}", "--port", "{port}"),
     protocol="trtllm",
+    model_dir=True,  # it loads `{model}` (a Hub id or a local directory) with its tokenizer
 )

@@ -8,4 +8,5 @@ from adapters import base
 WORKER = base.WorkerKind(
     command=("vllm", "serve", "{model}", "--host", "{host}", "--port", "{port}"),
     protocol="vllm",
+    model_dir=True,  # it loads `{model}` (a Hub id or a local directory) with its tokenizer
 )

@@ -112,7 +112,8 @@ def test_elastic_answer_bytes(case: Path, update_goldens: bool) -> None:
 
 def test_every_elastic_case_is_present() -> None:
     names = {p.name for p in CASES}
-    assert {"chat_stream", "chat_stream_server", "chat_tools", "chat_tools_server",
+    assert {"chat_whole", "chat_whole_tools", "chat_whole_unknown_endpoint",
+            "chat_stream", "chat_stream_server", "chat_tools", "chat_tools_server",
             "chat_tool_messages", "chat_stream_error", "chat_stream_error_server",
             "chat_unknown_field", "chat_unknown_field_server", "chat_unknown_endpoint",
             "chat_worker_unavailable", "chat_bad_content_type", "completion_whole",
@@ -140,7 +141,10 @@ def test_goldens_validate_against_the_wire_models() -> None:
         if b"text/event-stream" not in status:
             model = wire.SimpleError if b"406" in status.split(b"\n")[0] else wire.EsError
             if b"status: 200" in status:
-                model = wire.CompletionResults  # type: ignore[assignment]
+                model = wire.ChatCompletion if case.name.startswith("chat_whole") \
+                    else wire.CompletionResults  # type: ignore[assignment]
+            elif case.name.startswith("chat_whole"):
+                model = wire.UnifiedError  # type: ignore[assignment]
             model.model_validate_json(body)
             continue
         assert body.count(enc.BOM) == (body.count(b"\n\n") if server else 0), case.name
@@ -165,6 +169,7 @@ def _validate_event(name: str, data: bytes, server: bool, completion: bool) -> N
 _ROUTES: list[tuple[str, base.Frontend]] = [
     ("chat documented", elastic.ElasticChatFrontend("documented")),
     ("chat server", elastic.ElasticChatFrontend("server")),
+    ("chat whole", elastic.ElasticChatFrontend(stream=False)),
     ("completion", elastic.ElasticCompletionFrontend(False)),
     ("completion stream", elastic.ElasticCompletionFrontend(True)),
 ]

@@ -205,10 +205,18 @@ def test_other_worker_kinds(urls: tuple[str, str], model: str) -> None:
     assert ok.status_code == 200 and ok.json()["generated_text"]
     chat = post(urls, {"messages": MSGS, "max_tokens": 3}, f"/predictions/{model}")
     assert chat.status_code == 200 and chat.json()["choices"][0]["finish_reason"] == "length"
-    for body in ({"inputs": PROMPT, "parameters": {"details": True}},
-                 {"inputs": PROMPT, "stream": True}):
-        refused = post(urls, body, f"/predictions/{model}")
-        assert refused.status_code == 424 and set(refused.json()) == {"error", "code"}
+    # Details and token lines carry ids these workers do not give: -1, "unknown" (SPEC.md),
+    # never a refusal; the prompt's tokens, asked for by name, are a 424.
+    details = post(urls, {"inputs": PROMPT, "parameters": {"details": True}},
+                   f"/predictions/{model}").json()["details"]
+    assert details["tokens"] == [] or {t["id"] for t in details["tokens"]} == {-1}
+    lines = [orjson.loads(x) for x in post(urls, {"inputs": PROMPT, "stream": True},
+                                           f"/predictions/{model}").text.splitlines()]
+    assert {ln["token"]["id"] for ln in lines} == {-1} and lines[-1]["generated_text"]
+    refused = post(urls, {"inputs": PROMPT, "parameters": {"details": True,
+                                                          "decoder_input_details": True}},
+                   f"/predictions/{model}")
+    assert refused.status_code == 424 and set(refused.json()) == {"error", "code"}
 
 
 def test_errors_and_ping(urls: tuple[str, str]) -> None:

@@ -36,8 +36,8 @@ def request_pids(log: str) -> list[int]:
 
 def served_total(metrics_text: str) -> float:
     return sum(float(m) for m in re.findall(
-        r'^gateway_requests_total\{[^}]*path="/v1/completions"[^}]*\} ([0-9.e+]+)$',
-        metrics_text, re.M))
+        r'^gen_ai_server_request_duration_seconds_count\{[^}]*http_route="/v1/completions"'
+        r'[^}]*\} ([0-9.e+]+)$', metrics_text, re.M))
 
 
 def test_two_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:

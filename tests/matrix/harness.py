@@ -49,10 +49,12 @@ class Fakes(httpx.AsyncBaseTransport):
         return await (fake or self.real).handle_async_request(request)
 
 
-def make_config(kind: str, sim_url: str) -> config.Config:
+def make_config(kind: str, sim_url: str, extra: dict[str, Any] | None = None) -> config.Config:
+    """One model `m` on one worker kind; `extra`: more of its config keys (`tokenizer`)."""
     backend, url = KINDS[kind]
     model: dict[str, Any] = {"name": "m", "backend": backend, "upstreams": [url or sim_url],
-                             "upstream_model": "ensemble" if kind == "triton" else "org/m"}
+                             "upstream_model": "ensemble" if kind == "triton" else "org/m",
+                             **(extra or {})}
     if kind == "triton":
         model["chat_template"] = TEMPLATE
     return config.Config.model_validate({"default_model": "m", "models": [model]})
@@ -65,13 +67,14 @@ class Answer:
     media_type: str
 
 
-async def post(kind: str, sim_url: str, path: str, body: dict[str, Any]) -> Answer:
+async def post(kind: str, sim_url: str, path: str, body: dict[str, Any],
+               extra: dict[str, Any] | None = None) -> Answer:
     fakes = Fakes()
 
     def factory(_: config.Config) -> upstream.UpstreamClient:
         return upstream.HttpxClient(httpx.AsyncClient(transport=fakes, timeout=20))
 
-    app = gateway_app.build_app(make_config(kind, sim_url), factory)
+    app = gateway_app.build_app(make_config(kind, sim_url, extra), factory)
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://gw", timeout=30) as client:

@@ -215,17 +215,31 @@ def test_completion_answers_in_the_compatible_with_type_asked_for() -> None:
     assert r.headers == {"x-elastic-product": "Elasticsearch"}
 
 
-def test_a_folded_chat_answer_renders_as_its_stream() -> None:
-    """Chat always streams; render (the Frontend protocol's whole answer) gives the same bytes
-    the encoder gives for the answer's events."""
+def test_a_whole_chat_answer_is_the_chunk_shape_with_message() -> None:
+    """Elasticsearch 9.6 (PR #158022) answers a chat completion without `_stream` with
+    ChatCompletionChunkResponse's non-streaming form: `message` for `delta`, object
+    `chat.completion`, no `created`, null fields left out, tool calls index-first."""
     req = chat({"messages": MSGS})
-    meta = base.ResponseMeta("i", 1, "demo", options={"elastic": {"framing": "server"}})
+    meta = base.ResponseMeta("i", 1, "demo")
     events: list[ev.Event] = [ev.TextDelta(0, "Hi"), ev.ToolCallDelta(0, 0, "c", "f", "{}"),
                               ev.Finish(0, "tool_calls"), ev.Usage(2, 3)]
-    e = enc.ChatStreamEncoder(meta, "server")
-    streamed = b"".join(e.encode(x) for x in [ev.Role(0), *events]) + e.finish()
-    r = elastic.ElasticChatFrontend().render(req, canonical.Completion.fold(events), meta)
-    assert (r.status, r.media_type, r.body) == (200, "text/event-stream", streamed)
+    r = elastic.ElasticChatFrontend(stream=False).render(
+        req, canonical.Completion.fold(events), meta)
+    assert (r.status, r.media_type) == (200, "application/json")
+    assert r.body == (
+        b'{"id":"chatcmpl-i","choices":[{"message":{"content":"Hi","role":"assistant",'
+        b'"tool_calls":[{"index":0,"id":"c","function":{"arguments":"{}","name":"f"},'
+        b'"type":"function"}]},"finish_reason":"tool_calls","index":0}],"model":"demo",'
+        b'"object":"chat.completion","usage":{"completion_tokens":3,"prompt_tokens":2,'
+        b'"total_tokens":5}}')
+    assert r.headers == {"x-elastic-product": "Elasticsearch"}
+
+
+def test_a_whole_chat_error_is_the_unified_error_as_json() -> None:
+    fe = elastic.ElasticChatFrontend(stream=False)
+    r = fe.render_error(errors.ModelNotFound("Inference endpoint not found [x]"))
+    assert (r.status, r.media_type) == (404, "application/json")
+    assert orjson.loads(r.body)["error"]["code"] == "not_found"
 
 
 def test_registry_routes() -> None:
@@ -233,10 +247,11 @@ def test_registry_routes() -> None:
               if path.startswith("/_inference")}
     chat_paths = {"/_inference/{id}/_unified", "/_inference/{id}/_stream",
                   "/_inference/chat_completion/{id}/_unified",
-                  "/_inference/chat_completion/{id}/_stream"}
+                  "/_inference/chat_completion/{id}/_stream", "/_inference/chat_completion/{id}"}
     assert chat_paths | {"/_inference/completion/{id}",
                          "/_inference/completion/{id}/_stream"} == set(routes)
     assert all(isinstance(routes[p], elastic.ElasticChatFrontend) for p in chat_paths)
+    assert not routes["/_inference/chat_completion/{id}"].stream  # type: ignore[attr-defined]
     whole = routes["/_inference/completion/{id}"]
     streamed = routes["/_inference/completion/{id}/_stream"]
     assert isinstance(whole, elastic.ElasticCompletionFrontend) and not whole.stream

@@ -162,3 +162,24 @@ async def test_bad_requests_never_reach_the_worker() -> None:
         assert anything.call_count == 0
     assert unknown.status_code == 400 and unknown.content.startswith(b"event: error\n")
     assert wrong_type.status_code == 406 and wrong_type.json()["status"] == 406
+
+
+@pytest.mark.anyio
+async def test_chat_completion_without_stream_is_a_whole_json_answer() -> None:
+    """POST _inference/chat_completion/{id} (Elasticsearch 9.6, PR #158022): the worker is
+    asked without streaming and the answer is one JSON chat completion in Elasticsearch's
+    chunk shape (`message`, no `created`), with the product header."""
+    with respx.mock(assert_all_called=False) as r:
+        route = r.post(UP).mock(return_value=httpx.Response(200, content=harness.WHOLE_OK))
+        resp = await post(r, "/_inference/chat_completion/demo")
+        missing = await post(r, "/_inference/chat_completion/nope")
+    assert resp.status_code == 200
+    assert resp.headers["content-type"] == "application/json"
+    assert resp.headers["x-elastic-product"] == "Elasticsearch"
+    body = resp.json()
+    assert list(body) == ["id", "choices", "model", "object", "usage"]
+    assert body["object"] == "chat.completion" and body["model"] == "demo"
+    assert body["choices"] == [{"message": {"content": "Hello", "role": "assistant"},
+                                "finish_reason": "stop", "index": 0}]
+    assert orjson.loads(route.calls.last.request.content)["stream"] is False
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"

@@ -132,7 +132,7 @@ def test_details_request_token_ids_and_logprobs() -> None:
 
 def test_tgi_compat_turns_details_on_by_default() -> None:
     req = parse(inputs(), ctx(tgi_compat=True))
-    assert req.token_ids and req.client_state.details and req.client_state.tgi_compat
+    assert req.per_token and req.client_state.details and req.client_state.tgi_compat
     req = parse(inputs(details=False), ctx(tgi_compat=True))
     assert not req.token_ids and not req.client_state.details
 
@@ -221,16 +221,25 @@ def test_invalid_requests_are_424_naming_the_field(body: dict[str, Any], field: 
     assert r.status == 424
 
 
-def test_a_worker_without_token_ids_refuses_details_with_a_4xx() -> None:
-    """The generic OpenAI and trtllm-serve workers give no token ids: details, streams and
-    prefill are refused before any I/O; plain requests go through."""
+def test_a_worker_without_token_ids_still_serves_details_and_streams() -> None:
+    """The generic OpenAI and trtllm-serve workers give no token ids: details and streams
+    still go through (ids come from the tokenizer, else -1: SPEC.md); prefill, which the
+    client asks for by name, is refused before any I/O with a 424 naming it."""
     for backend in (openai_backend.OpenAIBackend(), trtllm.TrtllmBackend()):
         assert upstream(inputs(max_new_tokens=3), backend)["max_tokens"] == 3
         for body in (inputs(details=True), {**inputs(), "stream": True}):
             req = parse(body)
-            with pytest.raises(errors.Unsupported) as caught:
-                backend.check(req)
-            assert lmi.LmiFrontend().render_error(caught.value).status == 424
+            assert req.per_token and not req.token_ids
+            backend.check(req)
+        req = parse(inputs(details=True, decoder_input_details=True))
+        with pytest.raises(errors.Unsupported) as caught:
+            backend.check(req)
+        assert caught.value.field == "prompt_logprobs"
+        assert lmi.LmiFrontend().render_error(caught.value).status == 424
+    # trtllm-serve takes `logprobs`, so the lines carry its log probs; a plain OpenAI server
+    # may not, so it is not asked
+    assert upstream(inputs(details=True), trtllm.TrtllmBackend())["logprobs"] == 0
+    assert "logprobs" not in upstream(inputs(details=True), openai_backend.OpenAIBackend())
 
 
 def test_greedy_helper_matches_seed_note() -> None:

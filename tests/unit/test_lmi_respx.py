@@ -171,17 +171,23 @@ async def test_worker_refusing_a_parameter() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_worker_that_gives_no_token_ids_is_a_424_before_any_io() -> None:
+async def test_a_worker_that_gives_no_token_ids_still_answers_details() -> None:
+    """SPEC.md: ids a client's format always carries are -1 ("unknown") when neither the
+    worker nor a tokenizer gives them; what is asked by name (prefill) is a 424 before I/O."""
     with respx.mock(assert_all_called=False) as r:
         route = r.post(url__regex=COMPLETIONS).mock(
             return_value=httpx.Response(200, content=WHOLE))
         c = cfg(plain={"backend": "openai"})
-        refused = await call(r, {"inputs": PROMPT, "parameters": {"details": True}}, c,
+        details = await call(r, {"inputs": PROMPT, "parameters": {"details": True}}, c,
                              path="/predictions/plain")
-        assert route.call_count == 0
-        ok = await call(r, {"inputs": PROMPT}, c, path="/predictions/plain")
-    assert refused.status_code == 424 and "token ids" in refused.json()["error"]
-    assert ok.status_code == 200 and ok.json() == {"generated_text": "Deep Learning"}
+        assert route.call_count == 1
+        refused = await call(r, {"inputs": PROMPT, "parameters": {
+            "details": True, "decoder_input_details": True}}, c, path="/predictions/plain")
+        assert route.call_count == 1
+    assert details.status_code == 200
+    assert details.json()["generated_text"] == "Deep Learning"
+    assert details.json()["details"]["finish_reason"] == "length"
+    assert refused.status_code == 424 and "prompt_logprobs" in refused.json()["error"]
 
 
 @pytest.mark.anyio

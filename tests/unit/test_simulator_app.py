@@ -465,3 +465,29 @@ def test_any_body_gets_an_answer_or_a_vllm_error(body: dict[str, Any], path: str
     assert resp.status_code in (200, 400, 404)
     if resp.status_code != 200:
         assert list(resp.json()["error"]) == ["message", "type", "param", "code"]
+
+
+def test_return_tokens_as_token_ids_names_every_logprob_token_by_id(app: Any) -> None:
+    """vLLM `return_tokens_as_token_ids` (serving_engine.py _get_decoded_token): logprob
+    token strings are `token_id:N`. Completions: `text_offset` counts those strings
+    (serving_completion.py _create_completion_logprobs); chat: the sampled token's `bytes`
+    stay its text's, an alternative's are its placeholder's."""
+    plain = call(app, "POST", "/v1/completions", {
+        "model": "m", "prompt": "hi", "logprobs": 1, "max_tokens": 2}).json()
+    as_ids = call(app, "POST", "/v1/completions", {
+        "model": "m", "prompt": "hi", "logprobs": 1, "max_tokens": 2, "return_token_ids": True,
+        "return_tokens_as_token_ids": True}).json()
+    choice, lp = as_ids["choices"][0], as_ids["choices"][0]["logprobs"]
+    assert choice["text"] == plain["choices"][0]["text"]
+    assert lp["tokens"] == [f"token_id:{i}" for i in choice["token_ids"]]
+    assert lp["text_offset"] == [0, len(lp["tokens"][0])]
+    assert all(set(top) >= {t} and all(k.startswith("token_id:") for k in top)
+               for t, top in zip(lp["tokens"], lp["top_logprobs"], strict=True))
+    chat_lp = call(app, "POST", "/v1/chat/completions", chat(
+        logprobs=True, top_logprobs=2, max_tokens=1, return_token_ids=True,
+        return_tokens_as_token_ids=True)).json()["choices"][0]
+    entry = chat_lp["logprobs"]["content"][0]
+    assert entry["token"] == f"token_id:{chat_lp['token_ids'][0]}"
+    assert bytes(entry["bytes"]).decode() == chat_lp["message"]["content"]
+    assert [bytes(a["bytes"]).decode() for a in entry["top_logprobs"]] == [
+        a["token"] for a in entry["top_logprobs"]]

@@ -74,7 +74,7 @@ def test_max_tokens_is_always_sent(req: canonical.InferenceRequest, limit: int) 
 def test_tgi_clients_as_many_as_fit_gets_the_unlimited_default() -> None:
     req = tgi_frontend.TgiFrontend("generate").parse(b'{"inputs": "Hi", "parameters": {}}',
                                                      base.RequestContext())
-    assert req.extra["max_tokens"] is None
+    assert req.sampling.max_tokens_fit and req.sampling.max_tokens is None
     assert sent(req)["max_tokens"] == triton.UNLIMITED_MAX_TOKENS
 
 

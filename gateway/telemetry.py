@@ -1,0 +1,201 @@
+"""One request's telemetry: its metrics, its trace context upstream and, with OpenTelemetry
+enabled, its span and one child span per upstream attempt.
+
+The pipeline reports each attempt's start and failure (`Watch.begin` / `Watch.end`, the
+`pipeline.AttemptObserver` protocol); `Watch.finish` records the rest once the answer's last
+byte is sent. Nothing here runs per streamed chunk.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from gateway import metrics, tracing
+from schemas import canonical, errors
+
+if TYPE_CHECKING:
+    from gateway.exchange import Exchange
+    from gateway.routing import Route
+
+try:  # the `otel` extra; without it the gateway still passes trace context through
+    from opentelemetry import trace as otel
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    _W3C: Any = TraceContextTextMapPropagator()
+except ImportError:  # pragma: no cover - exercised by installs without the extra
+    otel = None  # type: ignore[assignment]
+    _W3C = None
+
+# W3C Trace Context (https://www.w3.org/TR/trace-context/): the two headers vLLM reads too.
+TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+def error_type(exc: BaseException) -> str:
+    """`error.type`: the gateway error's class name, a bounded set; anything else a bug."""
+    if isinstance(exc, errors.GatewayError):
+        return type(exc).__name__
+    return "internal"
+
+
+@functools.lru_cache(maxsize=4096)
+def address(url: str) -> tuple[str, int]:
+    """`server.address` and `server.port` of an upstream base URL."""
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def operation(req: canonical.InferenceRequest) -> str:
+    """`gen_ai.operation.name`: `chat` for messages, `text_completion` for raw prompts."""
+    return "chat" if req.messages is not None else "text_completion"
+
+
+class Watch:
+    """What one request's telemetry needs between its arrival and its last byte."""
+
+    __slots__ = ("_attempt_span", "_attempt_started", "_attempt_url", "_span", "_tracer",
+                 "_upstream_model", "attempts", "client_trace", "model", "operation", "provider",
+                 "routed")
+
+    def __init__(self, tracing_: tracing.Tracing | None, headers: Mapping[str, str], route: str):
+        self.client_trace = {k: headers[k] for k in TRACE_HEADERS if k in headers}
+        self.model = self._upstream_model = metrics.UNKNOWN_MODEL
+        self.provider = ""
+        self.operation = ""
+        self.routed = False
+        self.attempts = 0
+        self._attempt_url: str | None = None
+        self._attempt_started = 0.0
+        self._attempt_span: Any = None
+        self._tracer: Any = tracing_.tracer if tracing_ is not None else None
+        self._span: Any = None
+        if self._tracer is not None:
+            self._span = self._tracer.start_span(
+                route, context=_W3C.extract(headers), kind=otel.SpanKind.SERVER,
+                attributes={"http.route": route})
+
+    def route(self, route: Route, req: canonical.InferenceRequest) -> None:
+        """The request is parsed and its model resolved: it counts as in flight from now."""
+        self.model, self.provider = route.name, route.config.backend
+        self._upstream_model = route.upstream_model
+        self.operation = operation(req)
+        self.routed = True
+        metrics.child(metrics.IN_FLIGHT, self.model).inc()
+        if self._span is not None:
+            self._span.update_name(f"{self.operation} {self.model}")
+            self._span.set_attributes(request_attributes(self, req))
+
+    def begin(self, url: str) -> dict[str, str]:
+        """An attempt on `url` starts; the trace headers to send it."""
+        if self.attempts:
+            metrics.retry(self.model, url)
+        self.attempts += 1
+        self._attempt_url = url
+        self._attempt_started = time.perf_counter()
+        if self._span is None:
+            return dict(self.client_trace)
+        host, port = address(url)
+        self._attempt_span = self._tracer.start_span(  # named for the model the worker serves
+            f"{self.operation} {self._upstream_model}",
+            context=otel.set_span_in_context(self._span), kind=otel.SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": self.operation,
+                "gen_ai.request.model": self._upstream_model,
+                "gen_ai.provider.name": self.provider, "server.address": host, "server.port": port,
+                "url.full": url})
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier, context=otel.set_span_in_context(self._attempt_span))
+        return carrier
+
+    def end(self, url: str, error: BaseException | None) -> None:
+        """The attempt on `url` failed (`error`) or its answer ended (None)."""
+        if self._attempt_url != url:
+            return
+        self._close_attempt(error_type(error) if error is not None else "")
+
+    def _close_attempt(self, etype: str) -> None:
+        url, self._attempt_url = self._attempt_url, None
+        if url is None:
+            return
+        host, port = address(url)
+        metrics.attempt(self.model, url, etype)
+        metrics.child(metrics.OPERATION_DURATION, self.operation, self.model, self.provider, host,
+                      str(port), etype).observe(time.perf_counter() - self._attempt_started)
+        if self._attempt_span is not None:
+            _end_span(self._attempt_span, etype, etype != "")
+            self._attempt_span = None
+
+    def finish(self, x: Exchange, ended: float) -> None:
+        """The answer's last byte is out (or the client is gone): record the request."""
+        etype = x.error_type
+        self._close_attempt(etype)
+        if self.routed:
+            metrics.child(metrics.IN_FLIGHT, self.model).dec()
+        record(self, x, ended)
+        if self._span is not None:
+            self._span.set_attributes(response_attributes(x, ended))
+            _end_span(self._span, etype, x.status >= 500 or (etype != "" and not x.status))
+            self._span = None
+
+
+def record(w: Watch, x: Exchange, ended: float) -> None:
+    """The request's metrics (semantic conventions: TTFT and TPOT of successful streams)."""
+    genai = (w.operation, w.model, w.provider)
+    child = metrics.child
+    child(metrics.REQUEST_DURATION, *genai, x.route, metrics.status_class(x.status),
+          x.error_type).observe(ended - x.started)
+    if x.usage is not None:
+        child(metrics.TOKEN_USAGE, *genai, "input").observe(x.usage.prompt_tokens)
+        child(metrics.TOKEN_USAGE, *genai, "output").observe(x.usage.completion_tokens)
+    if not x.stream or x.first_event_at is None or x.error_type:
+        return
+    child(metrics.TIME_TO_FIRST_TOKEN, *genai).observe(x.first_event_at - x.started)
+    if x.usage is not None and x.usage.completion_tokens > 1:
+        child(metrics.TIME_PER_OUTPUT_TOKEN, *genai).observe(
+            (ended - x.first_event_at) / (x.usage.completion_tokens - 1))
+
+
+def request_attributes(w: Watch, req: canonical.InferenceRequest) -> dict[str, Any]:
+    """GenAI request attributes (semantic conventions, gen-ai-spans.md)."""
+    out: dict[str, Any] = {
+        "gen_ai.operation.name": w.operation, "gen_ai.request.model": w.model,
+        "gen_ai.provider.name": w.provider, "gen_ai.request.stream": req.stream}
+    s = req.sampling
+    for key, value in (("max_tokens", s.max_tokens), ("temperature", s.temperature),
+                       ("top_p", s.top_p), ("top_k", s.top_k), ("seed", s.seed),
+                       ("frequency_penalty", s.frequency_penalty),
+                       ("presence_penalty", s.presence_penalty)):
+        if value is not None:
+            out[f"gen_ai.request.{key}"] = value
+    if s.n != 1:
+        out["gen_ai.request.choice.count"] = s.n
+    if s.stop:
+        out["gen_ai.request.stop_sequences"] = list(s.stop)
+    return out
+
+
+def response_attributes(x: Exchange, ended: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"http.response.status_code": x.status, "gateway.request_id":
+                           x.request_id, "gateway.upstream_attempts": x.note.attempts}
+    if x.response_id:
+        out["gen_ai.response.id"] = x.response_id
+    if x.finish_reasons:
+        out["gen_ai.response.finish_reasons"] = list(x.finish_reasons)
+    if x.usage is not None:
+        out["gen_ai.usage.input_tokens"] = x.usage.prompt_tokens
+        out["gen_ai.usage.output_tokens"] = x.usage.completion_tokens
+    if x.first_event_at is not None:
+        out["gen_ai.response.time_to_first_chunk"] = x.first_event_at - x.started
+    if x.error_type:
+        out["error.type"] = x.error_type
+    return out
+
+
+def _end_span(span: Any, etype: str, failed: bool) -> None:
+    if failed:
+        span.set_status(otel.Status(otel.StatusCode.ERROR, etype))
+        span.set_attribute("error.type", etype)
+    span.end()

@@ -1,0 +1,281 @@
+"""/metrics after streams, whole answers, failures, failovers and ejections: the OpenTelemetry
+GenAI names (semantic-conventions docs/gen-ai/gen-ai-metrics.md) in Prometheus form, their
+labels, the spec's advised bucket bounds, the values; and label sets bounded by the config."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import string
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import respx
+from prometheus_client import parser
+
+from gateway import app as gateway_app
+from gateway import config, metrics, upstream
+from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, WHOLE_OK, make_config
+
+STREAM_USAGE = (
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+    b'[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}\n\n'
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+    b'[{"index":0,"delta":{"content":"lo!"},"finish_reason":"length"}]}\n\n'
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
+    b'"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}\n\n'
+    b"data: [DONE]\n\n")
+GENAI = {"gen_ai_operation_name": "chat", "gen_ai_request_model": "demo",
+         "gen_ai_provider_name": "vllm"}
+ROUTE = {"http_route": "/v1/chat/completions"}
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def samples(text: str) -> Samples:
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in parser.text_string_to_metric_families(text) for s in fam.samples}
+
+
+def value(s: Samples, name: str, **labels: str) -> float:
+    return s.get((name, frozenset(labels.items())), 0.0)
+
+
+class Scraper:
+    """The gateway in process, its workers mocked with respx; /metrics before and after."""
+
+    def __init__(self, router: respx.MockRouter, cfg: config.Config | None = None):
+        def factory(_: config.Config) -> upstream.UpstreamClient:
+            return upstream.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
+                router.async_handler)))
+
+        self.app = gateway_app.build_app(cfg or make_config(), factory)
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app),
+                                        base_url="http://gw")
+
+    async def scrape(self) -> Samples:
+        resp = await self.client.get("/metrics")
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/plain; version=")
+        return samples(resp.text)
+
+
+async def run(router: respx.MockRouter, *bodies: dict[str, Any], path: str =
+              "/v1/chat/completions") -> tuple[Samples, Samples, list[httpx.Response]]:
+    s = Scraper(router)
+    async with s.app.router.lifespan_context(s.app), s.client:
+        before = await s.scrape()
+        answers = [await s.client.post(path, content=orjson.dumps(b)) for b in bodies]
+        after = await s.scrape()
+    return before, after, answers
+
+
+def delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
+@pytest.mark.anyio
+async def test_a_stream_records_request_ttft_tpot_tokens_and_its_attempt() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        r.post(url__startswith="http://up").mock(return_value=httpx.Response(
+            200, content=STREAM_USAGE, headers={"content-type": "text/event-stream"}))
+        b, a, (resp,) = await run(r, {**CHAT, "stream": True})
+    assert resp.status_code == 200
+    req = {**GENAI, **ROUTE, "http_status_class": "2xx", "error_type": ""}
+    assert delta(b, a, "gen_ai_server_request_duration_seconds_count", **req) == 1
+    assert delta(b, a, "gen_ai_server_request_duration_seconds_bucket", le="+Inf", **req) == 1
+    assert delta(b, a, "gen_ai_server_time_to_first_token_seconds_count", **GENAI) == 1
+    assert delta(b, a, "gen_ai_server_time_per_output_token_seconds_count", **GENAI) == 1
+    tokens = "gen_ai_client_token_usage"
+    assert delta(b, a, f"{tokens}_sum", gen_ai_token_type="input", **GENAI) == 7
+    assert delta(b, a, f"{tokens}_sum", gen_ai_token_type="output", **GENAI) == 3
+    # 3 output tokens: in the bucket le=4, not in le=1
+    assert delta(b, a, f"{tokens}_bucket", gen_ai_token_type="output", le="4.0", **GENAI) == 1
+    assert delta(b, a, f"{tokens}_bucket", gen_ai_token_type="output", le="1.0", **GENAI) == 0
+    hosts = [h for h in ("up1", "up2") if delta(
+        b, a, "gen_ai_client_operation_duration_seconds_count", server_address=h,
+        server_port="8000", error_type="", **GENAI)]
+    assert len(hosts) == 1
+    url = f"http://{hosts[0]}:8000"
+    assert delta(b, a, "gateway_upstream_attempts_total", gen_ai_request_model="demo",
+                 upstream=url, error_type="") == 1
+    assert value(a, "gateway_requests_in_flight", gen_ai_request_model="demo") == 0
+
+
+@pytest.mark.anyio
+async def test_a_whole_answer_has_no_time_to_first_token() -> None:
+    """gen_ai.server.time_to_first_token is for streams: a whole answer's would be its
+    whole latency."""
+    with respx.mock(assert_all_called=False) as r:
+        r.post(url__startswith="http://up").mock(return_value=httpx.Response(200, content=WHOLE_OK))
+        b, a, (resp,) = await run(r, CHAT)
+    assert resp.status_code == 200
+    req = {**GENAI, **ROUTE, "http_status_class": "2xx", "error_type": ""}
+    assert delta(b, a, "gen_ai_server_request_duration_seconds_count", **req) == 1
+    assert delta(b, a, "gen_ai_server_time_to_first_token_seconds_count", **GENAI) == 0
+    assert delta(b, a, "gen_ai_server_time_per_output_token_seconds_count", **GENAI) == 0
+    assert delta(b, a, "gen_ai_client_token_usage_sum", gen_ai_token_type="output", **GENAI) == 1
+
+
+@pytest.mark.anyio
+async def test_failures_count_attempts_retries_and_error_types() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        r.post(url__startswith="http://up").mock(side_effect=httpx.ConnectError("refused"))
+        b, a, answers = await run(r, {**CHAT, "stream": True}, {**CHAT, "model": "nope"})
+    assert [x.status_code for x in answers] == [503, 404]
+    failed = {**GENAI, **ROUTE, "http_status_class": "5xx", "error_type": "UpstreamUnavailable"}
+    assert delta(b, a, "gen_ai_server_request_duration_seconds_count", **failed) == 1
+    assert delta(b, a, "gen_ai_server_time_to_first_token_seconds_count", **GENAI) == 0
+    unknown = {"gen_ai_operation_name": "", "gen_ai_request_model": "unknown",
+               "gen_ai_provider_name": "", **ROUTE, "http_status_class": "4xx",
+               "error_type": "ModelNotFound"}
+    assert delta(b, a, "gen_ai_server_request_duration_seconds_count", **unknown) == 1
+    attempts = sum(delta(b, a, "gateway_upstream_attempts_total", gen_ai_request_model="demo",
+                         upstream=u, error_type="UpstreamUnavailable") for u in (UP1, UP2))
+    retries = sum(delta(b, a, "gateway_upstream_retries_total", gen_ai_request_model="demo",
+                        upstream=u) for u in (UP1, UP2))
+    ops = sum(delta(b, a, "gen_ai_client_operation_duration_seconds_count", server_address=h,
+                    server_port="8000", error_type="UpstreamUnavailable", **GENAI)
+              for h in ("up1", "up2"))
+    assert (attempts, retries, ops) == (3, 2, 3)  # one attempt and two bounded retries
+
+
+@pytest.mark.anyio
+async def test_failovers_and_ejections_per_upstream() -> None:
+    """The routing code's calls, made directly: counters per upstream, health 1 -> 0 -> 1."""
+    with respx.mock(assert_all_called=False) as r:
+        s = Scraper(r)
+        async with s.app.router.lifespan_context(s.app), s.client:
+            b = await s.scrape()
+            metrics.failover("demo", UP2)
+            metrics.ejected("demo", UP1)
+            during = await s.scrape()
+            metrics.restored("demo", UP1)
+            after = await s.scrape()
+    up = {"gen_ai_request_model": "demo"}
+    assert value(b, "gateway_upstream_healthy", upstream=UP1, **up) == 1
+    assert delta(b, during, "gateway_upstream_failovers_total", upstream=UP2, **up) == 1
+    assert delta(b, during, "gateway_upstream_ejections_total", upstream=UP1, **up) == 1
+    assert value(during, "gateway_upstream_healthy", upstream=UP1, **up) == 0
+    assert value(during, "gateway_upstream_healthy", upstream=UP2, **up) == 1
+    assert value(after, "gateway_upstream_healthy", upstream=UP1, **up) == 1
+
+
+@pytest.mark.anyio
+async def test_in_flight_gauge_counts_an_open_stream() -> None:
+    opened, release = asyncio.Event(), asyncio.Event()
+
+    class Held(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield STREAM_USAGE[:STREAM_USAGE.index(b"\n\n") + 2]
+            opened.set()
+            await release.wait()
+            yield STREAM_USAGE[STREAM_USAGE.index(b"\n\n") + 2:]
+
+    with respx.mock(assert_all_called=False) as r:
+        r.post(url__startswith="http://up").mock(side_effect=lambda req: httpx.Response(
+            200, stream=Held(), headers={"content-type": "text/event-stream"}))
+        s = Scraper(r)
+        async with s.app.router.lifespan_context(s.app), s.client:
+            task = asyncio.ensure_future(s.client.post(
+                "/v1/chat/completions", content=orjson.dumps({**CHAT, "stream": True})))
+            await asyncio.wait_for(opened.wait(), 10)
+            during = await s.scrape()
+            release.set()
+            assert (await asyncio.wait_for(task, 10)).status_code == 200
+            after = await s.scrape()
+    assert value(during, "gateway_requests_in_flight", gen_ai_request_model="demo") == 1
+    assert value(after, "gateway_requests_in_flight", gen_ai_request_model="demo") == 0
+
+
+def test_histograms_use_the_advised_bucket_bounds() -> None:
+    """ExplicitBucketBoundaries of the GenAI semantic conventions, metric by metric."""
+    advised = {
+        "gen_ai_server_request_duration_seconds": [
+            0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+            81.92],
+        "gen_ai_client_operation_duration_seconds": [
+            0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+            81.92],
+        "gen_ai_server_time_to_first_token_seconds": [
+            0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+            7.5, 10.0],
+        "gen_ai_server_time_per_output_token_seconds": [
+            0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5],
+        "gen_ai_client_token_usage": [
+            1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216,
+            67108864],
+    }
+    text = metrics.exposition(gateway_app.routing.Router(make_config())).decode()
+    seen: dict[str, list[float]] = {}
+    for fam in parser.text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name == fam.name + "_bucket":
+                les = seen.setdefault(fam.name, [])
+                le = float(smp.labels["le"])
+                if le not in les:
+                    les.append(le)
+    for name, bounds in advised.items():
+        assert seen.get(name) == [*map(float, bounds), float("inf")], name
+
+
+def _random_name(rng: random.Random) -> str:
+    return "".join(rng.choices(string.ascii_lowercase + string.digits, k=12))
+
+
+@pytest.mark.anyio
+async def test_random_paths_and_model_names_add_no_series() -> None:
+    """1,000 requests to random paths and model names: the series count stays put (the issue
+    measured one new series per unknown name before: a leak any client could drive)."""
+    rng = random.Random(16)
+
+    def one() -> tuple[str, dict[str, Any]]:
+        name = _random_name(rng)
+        path = rng.choice([f"/{name}", f"/v1/{name}", f"/predictions/{name}",
+                           f"/_inference/{name}/_unified", "/v1/chat/completions",
+                           "/v1/completions", f"/_inference/completion/{name}"])
+        body: dict[str, Any] = {"model": name, "messages": CHAT["messages"], "prompt": "x",
+                                "input": "x", "inputs": "x"}
+        return path, body
+
+    with respx.mock(assert_all_called=False) as r:
+        s = Scraper(r)
+        async with s.app.router.lifespan_context(s.app), s.client:
+            for _ in range(100):  # every kind of path once at least: their series exist now
+                path, body = one()
+                await s.client.post(path, content=orjson.dumps(body))
+            before = await s.scrape()
+            statuses: set[int] = set()
+            for _ in range(1000):
+                path, body = one()
+                statuses.add((await s.client.post(path, content=orjson.dumps(body))).status_code)
+            after = await s.scrape()
+    assert 404 in statuses
+    assert set(before) == set(after), set(after) ^ set(before)
+    moved = [k for k in after if after[k] != before[k]]  # the registry is process-wide
+    models = {dict(k[1]).get("gen_ai_request_model") for k in moved} - {None}
+    routes = {dict(k[1]).get("http_route") for k in moved} - {None}
+    assert models == {"unknown"}
+    assert all("{" in r or r in ("/v1/chat/completions", "/v1/completions") for r in routes)
+
+
+def test_gone_upstreams_lose_their_health_series() -> None:
+    """A worker pod gone from DNS, a stopped managed worker: no series kept for ever."""
+    router = gateway_app.routing.Router(make_config())
+    ups = router.routes["demo"].upstreams
+    ups.add("http://10.9.9.9:8000")
+    first = samples(metrics.exposition(router).decode())
+    ups.remove("http://10.9.9.9:8000")
+    second = samples(metrics.exposition(router).decode())
+    key = {"gen_ai_request_model": "demo", "upstream": "http://10.9.9.9:8000"}
+    assert value(first, "gateway_upstream_healthy", **key) == 1
+    assert ("gateway_upstream_healthy", frozenset(key.items())) not in second
+
+
+def test_process_metrics_are_exported() -> None:
+    text = metrics.exposition(gateway_app.routing.Router(make_config())).decode()
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "python_info"):
+        assert f"\n{name}" in text, name

@@ -1,0 +1,198 @@
+"""Traces: a client's W3C trace context reaches the worker (always), and with OpenTelemetry
+enabled a streamed request gives a server span `chat {model}` with GenAI attributes and one
+client span per upstream attempt, checked with the SDK's in-memory span exporter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import respx
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from gateway import app as gateway_app
+from gateway import config, tracing, upstream
+from tests.unit.test_metrics import STREAM_USAGE
+from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, make_config
+
+# The example of the W3C Trace Context recommendation, section 3.2.
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{CLIENT_SPAN}-01"
+TRACESTATE = "congo=t61rcWkgMzE"
+
+
+async def post(router: respx.MockRouter, body: dict[str, Any], headers: dict[str, str],
+               traces: tracing.Tracing | None = None) -> httpx.Response:
+    def factory(_: config.Config) -> upstream.UpstreamClient:
+        return upstream.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
+            router.async_handler)))
+
+    app = gateway_app.build_app(make_config(), factory, traces)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://gw") as client:
+            return await client.post("/v1/chat/completions", content=orjson.dumps(body),
+                                     headers=headers)
+
+
+def worker_saw(router: respx.MockRouter) -> list[httpx.Request]:
+    return [call.request for call in router.calls]
+
+
+@pytest.mark.anyio
+async def test_trace_context_reaches_the_worker_without_opentelemetry_enabled() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        r.post(url__startswith="http://up").mock(return_value=httpx.Response(
+            200, content=STREAM_USAGE, headers={"content-type": "text/event-stream"}))
+        resp = await post(r, {**CHAT, "stream": True},
+                          {"traceparent": TRACEPARENT, "tracestate": TRACESTATE})
+        seen = worker_saw(r)
+    assert resp.status_code == 200
+    assert [(q.headers["traceparent"], q.headers["tracestate"]) for q in seen] == [
+        (TRACEPARENT, TRACESTATE)]
+
+
+@pytest.mark.anyio
+async def test_no_trace_headers_invented_when_the_client_sent_none() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        r.post(url__startswith="http://up").mock(return_value=httpx.Response(
+            200, content=STREAM_USAGE, headers={"content-type": "text/event-stream"}))
+        await post(r, {**CHAT, "stream": True}, {})
+        (seen,) = worker_saw(r)
+    assert "traceparent" not in seen.headers
+
+
+@pytest.mark.anyio
+async def test_a_streamed_request_gives_a_span_tree_with_genai_attributes() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    failing = {UP1: 0, UP2: 0}
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        host = f"http://{req.url.host}:{req.url.port}"
+        if not failing[UP1] and not failing[UP2]:  # the first attempt fails, whichever it is
+            failing[host] += 1
+            return httpx.Response(503, json={"error": {"message": "busy", "code": 503}})
+        return httpx.Response(200, content=STREAM_USAGE,
+                              headers={"content-type": "text/event-stream"})
+
+    with respx.mock(assert_all_called=False) as r:
+        r.post(url__startswith="http://up").mock(side_effect=answer)
+        body = {**CHAT, "stream": True, "max_tokens": 3, "temperature": 0.5}
+        resp = await post(r, body, {"traceparent": TRACEPARENT, "tracestate": TRACESTATE},
+                          tracing.Tracing.of(provider))
+        seen = worker_saw(r)
+    assert resp.status_code == 200 and resp.text.endswith("data: [DONE]\n\n")
+    spans = exporter.get_finished_spans()
+    (server,) = [s for s in spans if s.kind == trace.SpanKind.SERVER]
+    attempts = sorted((s for s in spans if s.kind == trace.SpanKind.CLIENT),
+                      key=lambda s: s.start_time or 0)
+    assert len(spans) == 3 and len(attempts) == 2
+    assert server.name == "chat demo"
+    assert f"{server.context.trace_id:032x}" == TRACE_ID
+    assert server.parent is not None and f"{server.parent.span_id:016x}" == CLIENT_SPAN
+    assert all(a.parent is not None and a.parent.span_id == server.context.span_id
+               for a in attempts)
+    attrs = dict(server.attributes or {})
+    assert attrs["gen_ai.operation.name"] == "chat"
+    assert attrs["gen_ai.request.model"] == "demo"
+    assert attrs["gen_ai.provider.name"] == "vllm"
+    assert attrs["gen_ai.request.max_tokens"] == 3
+    assert attrs["gen_ai.request.temperature"] == 0.5
+    assert attrs["gen_ai.request.stream"] is True
+    # The gateway's response id; each protocol dresses it (OpenAI: `chatcmpl-<id>`).
+    assert attrs["gen_ai.response.id"] in orjson.loads(
+        resp.text.split("data: ", 2)[1].split("\n")[0])["id"]
+    assert attrs["gen_ai.response.finish_reasons"] == ("length",)
+    assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (7, 3)
+    assert 0 < attrs["gen_ai.response.time_to_first_chunk"] < 10
+    assert attrs["http.route"] == "/v1/chat/completions"
+    assert attrs["http.response.status_code"] == 200
+    # The server span ends with the stream: after both attempts, not before the last one.
+    assert server.end_time is not None and attempts[-1].end_time is not None
+    assert server.end_time >= attempts[-1].end_time
+    first, second = attempts
+    assert first.status.status_code == trace.StatusCode.ERROR
+    assert dict(first.attributes or {})["error.type"] == "UpstreamUnavailable"
+    assert second.status.status_code == trace.StatusCode.UNSET
+    # Each worker request names its own attempt span as the parent, in the client's trace.
+    assert [q.headers["traceparent"] for q in seen] == [
+        f"00-{TRACE_ID}-{a.context.span_id:016x}-01" for a in attempts]
+    assert all(q.headers["tracestate"] == TRACESTATE for q in seen)
+
+
+@pytest.mark.parametrize(("mode", "env", "want"), [
+    ("auto", {}, False),
+    ("auto", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True),
+    ("auto", {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, True),
+    ("auto", {"OTEL_TRACES_EXPORTER": "otlp"}, True),
+    ("auto", {"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c"}, False),
+    ("auto", {"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, False),
+    ("on", {}, True),
+    ("off", {"OTEL_TRACES_EXPORTER": "otlp"}, False),
+])
+def test_when_tracing_is_on(mode: str, env: dict[str, str], want: bool) -> None:
+    assert tracing.wanted(mode, env) is want
+
+
+def test_the_otlp_exporter_comes_from_the_environment() -> None:
+    traces = tracing.from_env("auto", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+    assert traces is not None
+    try:
+        processors = traces.provider._active_span_processor._span_processors
+        assert type(processors[0].span_exporter).__name__ == "OTLPSpanExporter"
+    finally:
+        traces.shutdown()
+
+
+def test_the_console_exporter_writes_one_json_line_per_span(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    traces = tracing.from_env("auto", {"OTEL_TRACES_EXPORTER": "console"})
+    assert traces is not None
+    traces.tracer.start_span("chat demo").end()
+    traces.shutdown()
+    # (structlog, unconfigured in tests, prints its own lines to stdout too)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("{")]
+    assert [json.loads(line)["name"] for line in lines] == ["chat demo"]
+
+
+def test_the_gateway_serves_without_opentelemetry_installed() -> None:
+    """The `otel` extra is optional: with its modules unimportable the app builds, tracing
+    asked for is refused with a warning, and trace context still reaches the worker."""
+    code = f"""
+import sys
+sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
+import asyncio, httpx, orjson, respx
+from gateway import telemetry, tracing
+assert telemetry.otel is None
+assert tracing.from_env("on", {{}}) is None
+from tests.unit import test_metrics as t
+
+async def main(r):
+    s = t.Scraper(r)
+    async with s.app.router.lifespan_context(s.app), s.client:
+        return await s.client.post("/v1/chat/completions", headers={{"traceparent": "{TRACEPARENT}"}},
+                                   content=orjson.dumps({{**t.CHAT, "stream": True}}))
+
+with respx.mock(assert_all_called=False) as r:
+    r.post(url__startswith="http://up").mock(return_value=httpx.Response(
+        200, content=t.STREAM_USAGE, headers={{"content-type": "text/event-stream"}}))
+    resp = asyncio.run(main(r))
+    assert resp.status_code == 200, resp.text
+    assert r.calls.last.request.headers["traceparent"] == "{TRACEPARENT}"
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("ok")
