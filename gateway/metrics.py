@@ -11,9 +11,10 @@ names (anything else is `unknown`), routes are templates (`/predictions/{model}`
 a class (`4xx`), errors are exception class names. Everything is recorded once per request or
 per upstream attempt, never per streamed chunk.
 
-For prometheus_client's multiprocess mode (`server.workers: N`): the gauges want a
-`multiprocess_mode` (in flight: `livesum`; upstream health: `max`), and the process
-collectors are per process there.
+With several serving processes (`server.workers: N`) prometheus_client's multiprocess mode
+sums every process's samples (`collected`): the in-flight gauge is `livesum` (a process that
+ended leaves the sum, `process_gone`), upstream health `max`; the process collectors are per
+process and are left out there.
 """
 
 from __future__ import annotations
