@@ -23,25 +23,34 @@ class SseDecoder:
     """Incremental SSE parser (WHATWG rules) that is right for any chunking of the input.
 
     `feed` returns the completed events as (event name, data) pairs; comments and `id:` /
-    `retry:` lines are dropped. Accepts `data:` with or without the space, CRLF, and trailing
-    spaces before the blank line (trtllm-serve writes `} \\n\\n`).
+    `retry:` lines are dropped. Accepts `data:` with or without the space, CRLF, CR or LF line
+    ends, and trailing spaces before the blank line (trtllm-serve writes `} \\n\\n`).
     """
 
-    __slots__ = ("_buf", "_data", "_event")
+    __slots__ = ("_buf", "_data", "_event", "_cr")
 
     def __init__(self) -> None:
         self._buf = b""
         self._data: list[bytes] = []
         self._event = b""
+        self._cr = False  # the last read ended on CR: a LF that opens the next one ends no line
 
     def feed(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
-        if not self._buf and not self._data and chunk[-2:] == b"\n\n" and b"\r" not in chunk:
+        if self._cr:
+            # WHATWG: CRLF is one line end, also when a read boundary falls between its bytes;
+            # read as two, the LF would be a blank line and dispatch a multi-line event early.
+            self._cr = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        if not self._buf and not self._data and not self._event and chunk[-2:] == b"\n\n" \
+                and b"\r" not in chunk:
             return self._whole_events(chunk)
         return self._general(chunk)
 
     def _general(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
         buf = self._buf + chunk if self._buf else chunk
         if b"\r" in buf:
+            self._cr = buf[-1:] == b"\r"
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
         self._buf = lines.pop()
@@ -79,10 +88,42 @@ class SseDecoder:
 
     def close(self) -> list[tuple[bytes, bytes]]:
         """Flush an event the peer did not terminate with a blank line."""
-        out = self.feed(b"\n\n") if (self._buf or self._data) else []
+        self._cr = False
+        out = self._general(b"\n\n") if (self._buf or self._data) else []
         self._buf = b""
+        self._event = b""
         return out
 
     @property
     def pending(self) -> bool:
         return bool(self._buf.strip() or self._data)
+
+
+class LineDecoder:
+    """Incremental JSON Lines reader (LMI's `jsonlines` framing, wire-formats.md section 1):
+    complete non-blank lines, CR, LF or CRLF ended, right for any chunking."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buf = self._buf + chunk if self._buf else chunk
+        if b"\r" in buf:
+            # A CR at the end may be the first half of a CRLF: kept until the next read.
+            buf = buf.replace(b"\r\n", b"\n")
+            cut = len(buf) - 1 if buf[-1:] == b"\r" else len(buf)
+            buf = buf[:cut].replace(b"\r", b"\n") + buf[cut:]
+        lines = buf.split(b"\n")
+        self._buf = lines.pop()
+        return [line for line in lines if line and not line.isspace()]
+
+    def close(self) -> list[bytes]:
+        """The last line, when the peer did not end it."""
+        tail, self._buf = self._buf.rstrip(b"\r"), b""
+        return [tail] if tail.strip() else []
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._buf.strip())

@@ -1,8 +1,11 @@
 """Any OpenAI-compatible worker: canonical requests to /v1/chat/completions and /v1/completions.
 
-The parameter mapping is data: `SAMPLING` maps canonical Sampling fields to this worker's
-names. A canonical field that is set but has no entry is refused with a 4xx naming it, so a
-client never gets a silently different answer. Subclasses (vLLM, trtllm-serve) extend the tables.
+The parameter mapping is data, in the `Rule` idiom of params.py: a table per worker kind
+(`OPENAI_*` here; vllm.py and trtllm.py extend it) in three parts whose order is the order of
+the checks and the body's key order: sampling and request options (`TABLE`), then the client extras the worker declares
+(`EXTRAS`, apart: a client's extra may be named like a canonical field, and goes as written). A canonical field
+that is set but that the worker cannot honour is refused with a 4xx naming it, so a client
+never gets a silently different answer.
 """
 
 from __future__ import annotations
@@ -10,72 +13,105 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import orjson
-import structlog
 
 from adapters import base
-from adapters.backends import openai_decode
+from adapters.backends import openai_decode, params
+from adapters.backends.params import Drop, Own, Refuse, Send, Translate
 from schemas import canonical, errors
 
-# canonical Sampling attribute -> OpenAI request field (openai api-reference, chat/create).
-OPENAI_SAMPLING: dict[str, str] = {
-    "max_tokens": "max_tokens",
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "seed": "seed",
-    "stop": "stop",
-    "n": "n",
-    "logit_bias": "logit_bias",
+# How this worker kind has always worded a refusal (no worker name, no reason).
+NOT_SUPPORTED = "`{name}` is not supported by this model's worker"
+
+
+def unsupported(*names: str) -> dict[str, params.Rule]:
+    return {name: Refuse("not an OpenAI API field", message=NOT_SUPPORTED) for name in names}
+
+
+# canonical Sampling field -> OpenAI request field (openai api-reference, chat/create).
+OPENAI_SAMPLING: dict[str, params.Rule] = {
+    "max_tokens": Send("max_tokens"),
+    "temperature": Send("temperature"),
+    "top_p": Send("top_p"),
+    "presence_penalty": Send("presence_penalty"),
+    "frequency_penalty": Send("frequency_penalty"),
+    "seed": Send("seed"),
+    "stop": Send("stop"),
+    "n": Send("n"),
+    "logit_bias": Send("logit_bias"),
+    # "As many tokens as fit" and "keep the matched stop string": each worker says them in
+    # its own terms (OpenAIBackend.limits), not by a rename.
+    "max_tokens_fit": Own("limits()"),
+    "keep_stop": Own("limits()"),
+    **unsupported(*(n for n in canonical.Sampling.__slots__ if n not in (
+        "max_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty", "seed",
+        "stop", "n", "logit_bias", "max_tokens_fit", "keep_stop"))),
+}
+
+
+def _tools(v: list[canonical.ToolSpec]) -> dict[str, Any]:
+    return {"tools": [_tool(t) for t in v]}
+
+
+def _choice(v: str) -> dict[str, Any]:
+    return {"tool_choice": _tool_choice(v)}
+
+
+# The request's other options; `logprobs` / `top_logprobs` take a different form in chat and
+# completions (OpenAIBackend.logprobs), written after `stream`.
+OPENAI_OPTIONS: dict[str, params.Rule] = {
+    "logprobs": Own("chat: `logprobs` + `top_logprobs`; completions: `logprobs: n`"),
+    "top_logprobs": Own("with `logprobs`"),
+    "echo": Send("echo"),
+    "tools": Translate(_tools),
+    "tool_choice": Translate(_choice),
+    "parallel_tool_calls": Send("parallel_tool_calls"),
+    "response_format": Send("response_format"),
+    "reasoning_effort": Send("reasoning_effort"),
+    "user": Send("user"),
+    # (refused in this order)
+    "token_ids": Refuse("no token ids", message="token ids are not available from this "
+                        "model's worker"),
+    # A client format with a logprob per token: asked for where the worker surely takes the
+    # field (PER_TOKEN_LOGPROBS, written with `logprobs`); its ids where it gives them.
+    "per_token": Own("with `logprobs`"),
+    "prompt_logprobs": Refuse("no prompt logprobs", message=NOT_SUPPORTED),
 }
 
 # Request fields of OpenAI's API that the canonical model does not carry: the client extras an
 # OpenAI-compatible worker declares (openai api-reference, chat/create and completions/create).
 # Any other extra is dropped with a log line, never sent: a body's `api_key`, `api_base`,
 # `base_url`, `extra_headers` or `upstream_model` must not reach a worker (issue 12).
-OPENAI_EXTRA_FIELDS = frozenset({
+OPENAI_EXTRAS: dict[str, params.Rule] = {name: Send() for name in (
     "max_tokens", "suffix", "store", "metadata", "service_tier", "modalities", "prediction",
     "audio", "web_search_options", "verbosity", "prompt_cache_key", "safety_identifier",
-})
-
-_log: Any = structlog.get_logger("gateway")
-
-# Canonical fields whose unset value is not None.
-_UNSET: dict[str, Any] = {"stop": [], "stop_token_ids": [], "n": 1,
-                          "max_tokens_fit": False, "keep_stop": False}
-# Sampling fields each worker says in its own terms (`limits`), not by a rename.
-_OWN_SAMPLING = frozenset({"max_tokens_fit", "keep_stop"})
+)}
+OPENAI_EXTRA_FIELDS = frozenset(OPENAI_EXTRAS)
 
 
 class OpenAIBackend:
     """Speaks the OpenAI API as any compatible server does."""
 
-    SAMPLING: ClassVar[dict[str, str]] = OPENAI_SAMPLING
-    EXTRA_FIELDS: ClassVar[frozenset[str]] = OPENAI_EXTRA_FIELDS  # client extras it declares
+    WORKER: ClassVar[str] = "openai"
+    SAMPLING: ClassVar[dict[str, params.Rule]] = OPENAI_SAMPLING
+    OPTIONS: ClassVar[dict[str, params.Rule]] = OPENAI_OPTIONS
+    EXTRAS: ClassVar[dict[str, params.Rule]] = OPENAI_EXTRAS
+    # An extra the worker does not declare is never sent (no mass assignment, issue 12).
+    UNKNOWN_EXTRA: ClassVar[params.Rule] = Drop("not a field of this worker's API")
+    TABLE: ClassVar[dict[str, params.Rule]] = {**SAMPLING, **OPTIONS}
+    ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
     CHAT_PATH = "/v1/chat/completions"
     COMPLETIONS_PATH = "/v1/completions"
-    # What the worker can return besides text, decided before any I/O.
-    TOKEN_IDS = False
-    PROMPT_LOGPROBS = False
     # Ask for logprobs when a client's format carries one per token (`per_token`) although
     # it did not ask: only where the worker surely takes the field.
     PER_TOKEN_LOGPROBS = False
 
     def check(self, req: canonical.InferenceRequest) -> None:
-        for name in canonical.Sampling.__slots__:
-            value = getattr(req.sampling, name)
-            if name not in self.SAMPLING and name not in _OWN_SAMPLING \
-                    and value != _UNSET.get(name):
-                raise errors.Unsupported(
-                    f"`{name}` is not supported by this model's worker", field=name)
-        if req.token_ids and not self.TOKEN_IDS:
-            raise errors.Unsupported("token ids are not available from this model's worker",
-                                     field="token_ids")
-        if req.prompt_logprobs is not None and not self.PROMPT_LOGPROBS:
-            raise errors.Unsupported("`prompt_logprobs` is not supported by this model's worker",
-                                     field="prompt_logprobs")
+        params.plan(self.TABLE, req, self.WORKER, self.UNKNOWN_EXTRA, extras=self.EXTRAS,
+                    log=False, table_order=True)
 
     def build(self, req: canonical.InferenceRequest, target: base.Target) -> base.UpstreamRequest:
+        fields = params.plan(self.TABLE, req, self.WORKER, self.UNKNOWN_EXTRA, extras=self.EXTRAS,
+                             table_order=True, check=False)  # check() did
         body: dict[str, Any] = {"model": target.model}
         if req.messages is not None:
             body["messages"] = [self.message(m) for m in req.messages]
@@ -83,35 +119,22 @@ class OpenAIBackend:
         else:
             body["prompt"] = _prompt(req.prompts or [""])
             path = self.COMPLETIONS_PATH
-        self.sampling(req.sampling, body)
+        body.update(params.ordered(fields, self.SAMPLING))
         self.limits(req.sampling, body)
-        self.options(req, body)
+        body["stream"] = req.stream
+        if req.stream:
+            body["stream_options"] = {"include_usage": True}  # usage is always wanted upstream
+        self.logprobs(req, body)
+        body.update(params.ordered(fields, self.OPTIONS))
         if req.per_token and req.top_logprobs and target.options.get("tokenizer"):
             self.top_ids(body)
-        if req.extra:
-            self.extras(req.extra, body)
+        for key, value in req.extra.items():  # as written, null included (`max_tokens: null`)
+            rule = self.EXTRAS.get(key, self.UNKNOWN_EXTRA)
+            if isinstance(rule, Send):
+                body.setdefault(rule.key or key, value)
         return base.UpstreamRequest(
             "POST", target.base_url.rstrip("/") + path, orjson.dumps(body),
             {"content-type": "application/json"}, streaming=req.stream)
-
-    def extras(self, extra: dict[str, Any], body: dict[str, Any]) -> None:
-        """Only the extras this worker declares go upstream (no mass assignment); fields the
-        body already has are never overwritten."""
-        dropped = []
-        for key, value in extra.items():
-            if key in self.EXTRA_FIELDS:
-                body.setdefault(key, value)
-            else:
-                dropped.append(key)
-        if dropped:
-            _log.info("parameters_dropped", worker=type(self).__name__, fields=dropped,
-                      why="not a field of this worker's API")
-
-    def sampling(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
-        for attr, key in self.SAMPLING.items():
-            value = getattr(s, attr)
-            if value is not None and value != _UNSET.get(attr):
-                body[key] = value
 
     def limits(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
         """"As many tokens as fit" and "keep the matched stop string" in this worker's terms.
@@ -122,11 +145,9 @@ class OpenAIBackend:
         """Ask for the ids of the top alternatives (a tokenizer turns them into text); plain
         OpenAI servers have no such field."""
 
-    def options(self, req: canonical.InferenceRequest, body: dict[str, Any]) -> None:
-        """Everything that is not sampling: streaming, logprobs, tools, formats."""
-        body["stream"] = req.stream
-        if req.stream:
-            body["stream_options"] = {"include_usage": True}  # usage is always wanted upstream
+    def logprobs(self, req: canonical.InferenceRequest, body: dict[str, Any]) -> None:
+        """The `Own` rules of `logprobs` and `per_token`: chat's boolean with `top_logprobs`,
+        completions' count."""
         if req.per_token and self.PER_TOKEN_LOGPROBS and not req.logprobs:
             body["logprobs"] = True if req.is_chat else 0  # the sampled token's alone
         if req.logprobs:
@@ -136,15 +157,6 @@ class OpenAIBackend:
                     body["top_logprobs"] = req.top_logprobs
             else:
                 body["logprobs"] = req.top_logprobs
-        if req.echo:
-            body["echo"] = True
-        if req.tools is not None:
-            body["tools"] = [_tool(t) for t in req.tools]
-        if req.tool_choice is not None:
-            body["tool_choice"] = _tool_choice(req.tool_choice)
-        for key in ("parallel_tool_calls", "response_format", "reasoning_effort", "user"):
-            if (value := getattr(req, key)) is not None:
-                body[key] = value
 
     def message(self, m: canonical.Message) -> dict[str, Any]:
         out: dict[str, Any] = {"role": m.role, "content": m.content}

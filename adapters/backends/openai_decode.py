@@ -1,17 +1,15 @@
 """OpenAI-compatible worker answers (vLLM, trtllm-serve, any OpenAI server) to canonical events.
 
-One decoder per request. Streaming: SSE `data:` lines, one orjson.loads each; the answer is
-complete only at `data: [DONE]` (vLLM writes it even after an error event). Non-streaming: the
-whole body is parsed at close.
+One decoder per request (framing and failure order in decoder.FramedDecoder). Streaming: SSE
+`data:` events; the answer is complete only at `data: [DONE]` (vLLM writes it even after an
+error event). Non-streaming: the whole body is parsed at close.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from adapters import framing
+from adapters.backends import decoder
 from schemas import errors
 from schemas import events as ev
 
@@ -121,49 +119,33 @@ def _error_message(err: Any) -> str:
     return str(err)
 
 
-class OpenAIDecoder:
+class OpenAIDecoder(decoder.FramedDecoder):
     """Decodes chat or completions answers; `chat` picks `delta`/`message` versus `text`."""
 
+    DONE = b"[DONE]"
+    # An unterminated last event is still read (the blank line after `[DONE]` may be cut).
+    FLUSH_TAIL = True
+
     def __init__(self, chat: bool, streaming: bool):
+        super().__init__("sse" if streaming else "whole")
         self._chat = chat
-        self._streaming = streaming
-        self._sse = framing.SseDecoder()
-        self._body: list[bytes] = []
         self._done = False
         self._finished = False
 
-    def feed(self, data: bytes) -> list[ev.Event]:
-        if not self._streaming:
-            self._body.append(data)
-            return []
-        out: list[ev.Event] = []
-        for _, payload in self._sse.feed(data):
-            self._payload(payload, out)
-        return out
+    def on_done(self) -> None:
+        self._done = True
 
-    def close(self) -> list[ev.Event]:
-        if not self._streaming:
-            return self._whole(b"".join(self._body))
-        out: list[ev.Event] = []
-        for _, payload in self._sse.close():
-            self._payload(payload, out)
+    def on_end(self) -> list[ev.Event]:
+        if self._framing == "whole":
+            return []
         if not self._done:
             raise errors.UpstreamBroken("the worker's stream ended before `data: [DONE]`")
         if not self._finished:
             raise errors.UpstreamBroken("the worker's stream ended without a finish reason")
-        return out
+        return []
 
-    def _payload(self, payload: bytes, out: list[ev.Event]) -> None:
-        if payload.strip() == b"[DONE]":
-            self._done = True
-            return
-        try:
-            obj = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            raise errors.UpstreamBroken(
-                "the worker sent malformed JSON",
-                detail=repr(payload[:200])) from None
-        if "error" in obj and obj["error"]:
+    def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
+        if obj.get("error"):  # vLLM's in-band error (wire-formats.md 3.5), then `[DONE]`
             raise errors.UpstreamBroken(f"the worker failed: {_error_message(obj['error'])}")
         for c in obj.get("choices") or ():
             (self._chat_choice if self._chat else self._text_choice)(c, c.get("delta"), out)
@@ -215,23 +197,15 @@ class OpenAIDecoder:
             self._finished = True
             out.append(finish(i, reason, c.get("stop_reason")))
 
-    def _whole(self, body: bytes) -> list[ev.Event]:
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise errors.UpstreamBroken(
-                "the worker sent malformed JSON",
-                detail=repr(body[:200])) from None
+    def on_body(self, obj: Any, out: list[ev.Event]) -> None:
         if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
             raise errors.UpstreamBroken("the worker's answer has no `choices`")
-        out: list[ev.Event] = []
         for c in obj["choices"]:
             calls_before = len(out)
             (self._chat_choice if self._chat else self._text_choice)(c, None, out)
             _renumber_calls(out, calls_before)
         if u := obj.get("usage"):
             out.append(usage(u))
-        return out
 
 
 def _renumber_calls(out: list[ev.Event], start: int) -> None:

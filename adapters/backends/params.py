@@ -1,4 +1,5 @@
-"""Parameter tables for workers whose API is not OpenAI's (Triton, TGI): data, not if-chains.
+"""Parameter tables of every worker kind (OpenAI, vLLM, trtllm-serve, Triton, TGI): data, not
+if-chains.
 
 Every canonical field a client protocol can set (each `Sampling` field, the request options in
 `REQUEST_FIELDS`, and the protocol extras a front end passes on) has one rule per worker kind:
@@ -7,11 +8,13 @@ the same to it (TGI: temperature 0 is `do_sample: false`), `Own` it (the backend
 it: a chat template, a prepended echo), `Drop` it with a log line (no effect on this worker's
 answer), or `Refuse` it with a 400 naming the field. A field without a rule is refused, so a new
 canonical field cannot slip through unnoticed; `noop` values are taken silently whatever the rule.
+A request's extras are looked up in the same table; those a worker has no rule for get its
+`unknown` rule, and `accepted_extras` lists the extras a table declares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +29,9 @@ _NOTHING = object()
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Sent as is, under the worker's name."""
+    """Sent as is, under the worker's name (`key`; empty: the field's own name)."""
 
-    key: str
+    key: str = ""
     noop: Any = _NOTHING
 
 
@@ -59,10 +62,12 @@ class Drop:
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
-    """The worker cannot do it: a 400 naming the field."""
+    """The worker cannot do it: a 400 naming the field. `message`, when given, is the whole
+    text (`{name}` the field), for refusals whose wording predates the tables."""
 
     why: str
     noop: Any = _NOTHING
+    message: str = ""
 
 
 Rule = Send | Translate | Own | Drop | Refuse
@@ -79,17 +84,19 @@ _SAMPLING_UNSET: dict[str, Any] = {"stop": [], "stop_token_ids": [], "n": 1,
                                    "max_tokens_fit": False, "keep_stop": False}
 
 
-def asked(req: canonical.InferenceRequest) -> Iterator[tuple[str, Any]]:
-    """Every canonical field the client set: sampling, then request options, then extras."""
+def asked(req: canonical.InferenceRequest) -> Iterator[tuple[str, Any, bool]]:
+    """Every field the client set: sampling, then request options, then extras (the third
+    item: an extra, which may be named like a canonical field)."""
     for name in canonical.Sampling.__slots__:
         value = getattr(req.sampling, name)
         if value is not None and value != _SAMPLING_UNSET.get(name):
-            yield name, value
+            yield name, value, False
     for name, unset in REQUEST_FIELDS.items():
         value = getattr(req, name)
         if value != unset:
-            yield name, value
-    yield from req.extra.items()
+            yield name, value, False
+    for name, value in req.extra.items():
+        yield name, value, True
 
 
 def refuse(name: str, why: str, worker: str) -> errors.Unsupported:
@@ -97,32 +104,81 @@ def refuse(name: str, why: str, worker: str) -> errors.Unsupported:
                               f"{why}", field=name)
 
 
-def apply(table: Table, req: canonical.InferenceRequest, worker: str,
-          out: dict[str, Any] | None = None, unknown: Rule | None = None) -> None:
-    """Check every asked field against `table`; with `out`, also write the worker's fields
-    (and log the drops, once per request). `unknown` rules extras that have no entry."""
-    for name, value in asked(req):
-        rule = table.get(name)
+# What each asked field becomes on the worker's wire: (name, is an extra, the worker's fields).
+Plan = list[tuple[str, bool, dict[str, Any]]]
+
+
+def plan(table: Table, req: canonical.InferenceRequest, worker: str,
+         unknown: Rule | None = None, *, extras: Table | None = None, log: bool = True,
+         table_order: bool = False, check: bool = True) -> Plan:
+    """Check every asked field against `table` and say what each becomes, in the order asked
+    (`table_order`: canonical fields in the table's order, then extras as asked). A refused
+    field raises (without `check`, for a backend's `build` after its `check`, it is left out);
+    with `log`, a dropped one is logged. Extras are looked up in `extras` when the
+    worker keeps them apart (a client extra may be named like a canonical field), else in
+    `table`; `unknown` rules those with no entry. An extra is refused by its presence, even
+    null (as trtllm-serve's `extra="forbid"` does)."""
+    out: Plan = []
+    todo = list(asked(req))
+    if table_order:
+        rank = {name: i for i, name in enumerate(table)}
+        todo.sort(key=lambda f: len(rank) + 1 if f[2] else rank.get(f[0], len(rank)))
+    for name, value, extra in todo:
+        rule = (extras if extra and extras is not None else table).get(name)
         if rule is None:
-            rule = unknown if unknown is not None and name in req.extra else \
+            rule = unknown if unknown is not None and extra else \
                 Refuse("this worker has no such parameter")
-        if value is None or value == rule.noop:
+        if (value is None and not (extra and isinstance(rule, Refuse))) or value == rule.noop:
             continue
         match rule:
             case Send():
-                if out is not None:
-                    out[rule.key] = value
+                fields = {rule.key or name: value}
             case Translate():
                 fields = rule.fn(value)
-                if out is not None:
-                    out.update(fields)
             case Own():
-                pass
+                fields = {}
             case Drop():
-                if out is not None:
+                fields = {}
+                if log:
                     _log.info("parameter_dropped", worker=worker, field=name, why=rule.why)
             case Refuse():
+                if not check:
+                    continue
+                if rule.message:
+                    raise errors.Unsupported(rule.message.format(name=name), field=name)
                 raise refuse(name, rule.why, worker)
+        out.append((name, extra, fields))
+    return out
+
+
+def apply(table: Table, req: canonical.InferenceRequest, worker: str,
+          out: dict[str, Any] | None = None, unknown: Rule | None = None) -> None:
+    """Check every asked field against `table`; with `out`, also write the worker's fields
+    in the order asked (and log the drops, once per request). `unknown` rules extras that
+    have no entry."""
+    for _, _, fields in plan(table, req, worker, unknown, log=out is not None):
+        if out is not None:
+            out.update(fields)
+
+
+def ordered(planned: Plan, names: Iterable[str]) -> dict[str, Any]:
+    """The worker's fields of the canonical `names` (a table's part), in that order: a body's
+    key order is its table's, whatever order the client wrote."""
+    fields = {name: f for name, extra, f in planned if not extra}
+    out: dict[str, Any] = {}
+    for name in names:
+        if name in fields:
+            out.update(fields[name])
+    return out
+
+
+def accepted_extras(table: Table, *, apart: bool = False) -> frozenset[str]:
+    """The request extras `table` declares and does not refuse: the only ones a worker of this
+    kind takes besides the canonical fields (no mass assignment of undeclared keys). `apart`:
+    `table` holds extras only (plan's `extras`), so a canonical name in it is an extra too."""
+    canonical_names = set() if apart else {*canonical.Sampling.__slots__, *REQUEST_FIELDS}
+    return frozenset(n for n, rule in table.items()
+                     if n not in canonical_names and not isinstance(rule, Refuse))
 
 
 def covers(table: Table, *, extras: tuple[str, ...] = ()) -> list[str]:

@@ -210,6 +210,9 @@ def whole(req: canonical.InferenceRequest) -> bool:
 class TgiBackend:
     """Prompts to /generate_stream (or /generate), chat to TGI's Messages API."""
 
+    # The extras its tables declare (either API); any other is dropped (UNKNOWN_EXTRA).
+    ACCEPTED_EXTRAS = params.accepted_extras(GENERATE) | params.accepted_extras(CHAT)
+
     def check(self, req: canonical.InferenceRequest) -> None:
         if req.is_chat:
             params.apply(CHAT, req, WORKER, unknown=UNKNOWN_EXTRA)

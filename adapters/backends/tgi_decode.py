@@ -15,8 +15,7 @@ from typing import Any
 
 import orjson
 
-from adapters import framing
-from adapters.backends import openai_decode, stops
+from adapters.backends import decoder, openai_decode, stops
 from schemas import errors
 from schemas import events as ev
 
@@ -90,52 +89,23 @@ def finish_events(trim: stops.StopTrimmer, choice: int, reason: str | None) -> l
     return out
 
 
-def _loads(payload: bytes) -> dict[str, Any]:
-    try:
-        obj = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        raise errors.UpstreamBroken("the worker sent malformed JSON",
-                                    detail=repr(payload[:200])) from None
-    if not isinstance(obj, dict):
-        raise errors.UpstreamBroken("the worker's event is not a JSON object")
-    return obj
-
-
-class TgiStreamDecoder:
+class TgiStreamDecoder(decoder.FramedDecoder):
     """/generate_stream: one token per event; the last carries `details` (always asked for)."""
 
     def __init__(self, stop: list[str], keep_stop: bool, logprobs: bool,
                  echo: str | None = None):
-        self._sse = framing.SseDecoder()
+        super().__init__("sse")
         self._trim = stops.StopTrimmer(stop, keep_stop)
         self._logprobs = logprobs
         self._echo = echo
         self._done = False
-        self._failure: errors.GatewayError | None = None
 
-    def feed(self, data: bytes) -> list[ev.Event]:
-        if self._failure is not None:
-            raise self._failure
-        out: list[ev.Event] = []
-        try:
-            for _, payload in self._sse.feed(data):
-                self._event(_loads(payload), out)
-        except errors.GatewayError as exc:
-            if not out:
-                raise
-            self._failure = exc  # the tokens before it go out first
-        return out
-
-    def close(self) -> list[ev.Event]:
-        if self._failure is not None:
-            raise self._failure
-        if self._sse.pending:
-            raise errors.UpstreamBroken("the worker's stream ended inside an event")
+    def on_end(self) -> list[ev.Event]:
         if not self._done:
             raise errors.UpstreamBroken("the worker's stream ended before its last token")
         return []
 
-    def _event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
+    def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
         if "error" in obj:
             raise classify(str(obj["error"]), str(obj.get("error_type") or ""))
         tok = obj.get("token")
@@ -157,28 +127,22 @@ class TgiStreamDecoder:
                 out.append(ev.Usage(details["input_length"], int(details["generated_tokens"])))
 
 
-class TgiWholeDecoder:
+class TgiWholeDecoder(decoder.FramedDecoder):
     """/generate: `generated_text` with `details` (tokens, prefill, best_of_sequences)."""
 
     def __init__(self, stop: list[str], keep_stop: bool, logprobs: bool, echo: str | None,
                  n: int):
+        super().__init__("whole")
         self._stop = stop
         self._keep = keep_stop
         self._logprobs = logprobs
         self._echo = echo
         self._n = n
-        self._body: list[bytes] = []
 
-    def feed(self, data: bytes) -> list[ev.Event]:
-        self._body.append(data)
-        return []
-
-    def close(self) -> list[ev.Event]:
-        obj = _loads(b"".join(self._body))
+    def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
         if not isinstance(obj.get("generated_text"), str):
             raise errors.UpstreamBroken("the worker's answer has no `generated_text`")
         details = obj.get("details") or {}
-        out: list[ev.Event] = []
         prefill = details.get("prefill") or []
         if prefill:  # PrefillToken: the first prompt token has no logprob (null)
             out.append(ev.PromptInfo(0, [t.get("id") for t in prefill], [
@@ -192,7 +156,6 @@ class TgiWholeDecoder:
         if prefill:
             out.append(ev.Usage(len(prefill), sum(int(d.get("generated_tokens") or 0)
                                                    for _, d in seqs)))
-        return out
 
     def _sequence(self, i: int, text: str, d: dict[str, Any]) -> list[ev.Event]:
         tokens = d.get("tokens") or []
@@ -217,18 +180,20 @@ class TgiChatDecoder(openai_decode.OpenAIDecoder):
         self._roles: set[int] = set()
         self._called: set[int] = set()  # choices that made a tool call
 
-    def _payload(self, payload: bytes, out: list[ev.Event]) -> None:
-        if payload.startswith(b'{"error"'):  # OpenaiErrorEvent: `error` is its first field
-            err = _loads(payload)["error"]
+    def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
+        if "error" in obj:  # OpenaiErrorEvent (infer/mod.rs into_openai_event)
+            err = obj["error"]
             message = str(err.get("message") if isinstance(err, dict) else err)
             raise classify(message, "validation" if message.startswith(_VALIDATION) else
                            "overloaded" if message == "Model is overloaded" else "generation")
         mine: list[ev.Event] = []
-        super()._payload(payload, mine)
+        super().on_event(obj, mine)
         out.extend(self._post(mine))
 
-    def _whole(self, body: bytes) -> list[ev.Event]:
-        return self._post(super()._whole(body))
+    def on_body(self, obj: Any, out: list[ev.Event]) -> None:
+        mine: list[ev.Event] = []
+        super().on_body(obj, mine)
+        out.extend(self._post(mine))
 
     def _end(self, c: dict[str, Any], i: int, out: list[ev.Event]) -> None:
         if c.get("finish_reason") == "stop_sequence":  # FinishReason::format(true) keeps it

@@ -155,6 +155,9 @@ def keeps_stop(req: canonical.InferenceRequest) -> bool:
 class TritonBackend:
     """One request per client request; chat is rendered to a prompt with the model's template."""
 
+    # The extras its table declares; any other is dropped (UNKNOWN_EXTRA).
+    ACCEPTED_EXTRAS = params.accepted_extras(TRITON)
+
     def check(self, req: canonical.InferenceRequest) -> None:
         params.apply(TRITON, req, WORKER, unknown=UNKNOWN_EXTRA)
         prompts = req.prompts or []

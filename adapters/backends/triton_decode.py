@@ -18,8 +18,7 @@ from typing import Any
 
 import orjson
 
-from adapters import framing
-from adapters.backends import stops
+from adapters.backends import decoder, stops
 from schemas import errors
 from schemas import events as ev
 
@@ -51,61 +50,29 @@ def _count(obj: dict[str, Any]) -> int | None:
     return 1 if isinstance(lps, float | int) else None
 
 
-class TritonDecoder:
+class TritonDecoder(decoder.FramedDecoder):
     """One request's answer; `limit` is the `max_tokens` sent, `echo` the prompt to put first."""
+
+    NOT_OBJECT = "the worker's response is not a JSON object"
 
     def __init__(self, streaming: bool, limit: int, stop: list[str], keep_stop: bool,
                  echo: str | None = None):
-        self._streaming = streaming
+        super().__init__("sse" if streaming else "whole")
         self._limit = limit
         self._echo = echo
-        self._sse = framing.SseDecoder()
-        self._body: list[bytes] = []
         self._stops = stops.StopTrimmer(stop, keep_stop)
         self._responses = 0
         self._generated = 0
         self._counted = True  # every response said how many tokens it held
         self._exact = True  # ... in `num_output_tokens`
         self._prompt: int | None = None
-        self._failure: errors.GatewayError | None = None
 
-    def feed(self, data: bytes) -> list[ev.Event]:
-        if self._failure is not None:
-            raise self._failure
-        if not self._streaming:
-            self._body.append(data)
-            return []
-        out: list[ev.Event] = []
-        try:
-            for _, payload in self._sse.feed(data):
-                self._response(payload, out)
-        except errors.GatewayError as exc:
-            if not out:
-                raise
-            self._failure = exc  # the events before it go out first
-        return out
-
-    def close(self) -> list[ev.Event]:
-        if self._failure is not None:
-            raise self._failure
-        out: list[ev.Event] = []
-        if not self._streaming:
-            self._response(b"".join(self._body), out)
-        elif self._sse.pending:
-            raise errors.UpstreamBroken("the worker's stream ended inside an event")
+    def on_end(self) -> list[ev.Event]:
         if not self._responses:
             raise errors.UpstreamBroken("the worker's answer held no response")
-        return out + self._end()
+        return self._end()
 
-    def _response(self, payload: bytes, out: list[ev.Event]) -> None:
-        try:
-            obj = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            raise errors.UpstreamBroken(
-                "the worker sent malformed JSON",
-                detail=repr(payload[:200])) from None
-        if not isinstance(obj, dict):
-            raise errors.UpstreamBroken("the worker's response is not a JSON object")
+    def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
         if "error" in obj:
             raise errors.UpstreamBroken(f"the worker failed: {obj['error']}")
         text = obj.get("text_output")

@@ -4,47 +4,63 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from adapters.backends import openai
+from adapters.backends import openai, params
+from adapters.backends.params import Send, Translate
 from schemas import canonical
 
-# vLLM protocol.py (ChatCompletionRequest / CompletionRequest sampling extras).
-VLLM_SAMPLING: dict[str, str] = {
-    **openai.OPENAI_SAMPLING,
-    "min_tokens": "min_tokens",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "repetition_penalty": "repetition_penalty",
-    "length_penalty": "length_penalty",
-    "stop_token_ids": "stop_token_ids",
-    "ignore_eos": "ignore_eos",
-    "best_of": "best_of",
-    "skip_special_tokens": "skip_special_tokens",
-    "truncate": "truncate_prompt_tokens",
+# vLLM protocol.py (ChatCompletionRequest / CompletionRequest sampling extras), after OpenAI's;
+# what neither has stays refused.
+VLLM_SAMPLING: dict[str, params.Rule] = {
+    **{k: v for k, v in openai.OPENAI_SAMPLING.items() if isinstance(v, Send)},
+    "min_tokens": Send("min_tokens"),
+    "top_k": Send("top_k"),
+    "min_p": Send("min_p"),
+    "repetition_penalty": Send("repetition_penalty"),
+    "length_penalty": Send("length_penalty"),
+    "stop_token_ids": Send("stop_token_ids"),
+    "ignore_eos": Send("ignore_eos"),
+    "best_of": Send("best_of"),
+    "skip_special_tokens": Send("skip_special_tokens"),
+    "truncate": Send("truncate_prompt_tokens"),
+}
+VLLM_SAMPLING.update({k: v for k, v in openai.OPENAI_SAMPLING.items() if k not in VLLM_SAMPLING})
+
+VLLM_OPTIONS: dict[str, params.Rule] = {
+    **openai.OPENAI_OPTIONS,
+    "token_ids": Translate(lambda v: {"return_token_ids": True}),  # vLLM >= 0.10.2
+    "per_token": Translate(lambda v: {"return_token_ids": True}),  # and its logprobs
+    "prompt_logprobs": Send("prompt_logprobs"),
 }
 
-
 # Request fields vLLM's protocol.py declares (ChatCompletionRequest, CompletionRequest) that
-# the canonical model does not carry: the client extras sent to vLLM. vLLM would accept any
-# field (extra="allow"), but only declared ones go, so nothing else of a body reaches it.
-VLLM_EXTRA_FIELDS = openai.OPENAI_EXTRA_FIELDS | frozenset({
-    "use_beam_search", "include_stop_str_in_output", "spaces_between_special_tokens",
-    "allowed_token_ids", "bad_words", "early_stopping", "include_reasoning",
-    "add_generation_prompt", "continue_final_message", "add_special_tokens", "documents",
-    "chat_template", "chat_template_kwargs", "mm_processor_kwargs", "structured_outputs",
-    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structural_tag",
-    "guided_decoding_backend", "guided_whitespace_pattern", "priority", "request_id",
-    "logits_processors", "return_tokens_as_token_ids", "cache_salt", "kv_transfer_params",
-    "vllm_xargs", "prompt_embeds",
-})
+# the canonical model does not carry: the client extras sent to vLLM (wire-formats.md 3.1: 0.11
+# protocol.py, 0.33 chat_completion/ and completion/protocol.py). vLLM would accept any field
+# (extra="allow"), but only declared ones go, so nothing else of a body reaches it.
+VLLM_EXTRAS: dict[str, params.Rule] = {
+    **openai.OPENAI_EXTRAS,
+    **{name: Send() for name in (
+        "echo", "use_beam_search", "include_stop_str_in_output", "spaces_between_special_tokens",
+        "allowed_token_ids", "bad_words", "early_stopping", "include_reasoning",
+        "add_generation_prompt", "continue_final_message", "add_special_tokens", "documents",
+        "chat_template", "chat_template_kwargs", "mm_processor_kwargs", "media_io_kwargs",
+        "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+        "structural_tag", "guided_decoding_backend", "guided_whitespace_pattern", "priority",
+        "request_id", "logits_processors", "return_tokens_as_token_ids", "cache_salt",
+        "kv_transfer_params", "vllm_xargs", "prompt_embeds", "thinking_token_budget",
+        "logprob_token_ids", "truncation_side", "session_id")},
+}
+VLLM_EXTRA_FIELDS = frozenset(VLLM_EXTRAS)
 
 
 class VllmBackend(openai.OpenAIBackend):
     """vLLM's OpenAI server: its sampling extras, token ids and prompt logprobs."""
 
-    SAMPLING: ClassVar[dict[str, str]] = VLLM_SAMPLING
-    EXTRA_FIELDS: ClassVar[frozenset[str]] = VLLM_EXTRA_FIELDS
-    TOKEN_IDS = True
-    PROMPT_LOGPROBS = True
+    WORKER: ClassVar[str] = "vllm"
+    SAMPLING: ClassVar[dict[str, params.Rule]] = VLLM_SAMPLING
+    OPTIONS: ClassVar[dict[str, params.Rule]] = VLLM_OPTIONS
+    EXTRAS: ClassVar[dict[str, params.Rule]] = VLLM_EXTRAS
+    TABLE: ClassVar[dict[str, params.Rule]] = {**SAMPLING, **OPTIONS}
+    ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
     PER_TOKEN_LOGPROBS = True
 
     def limits(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
@@ -59,13 +75,6 @@ class VllmBackend(openai.OpenAIBackend):
         """vLLM's `return_tokens_as_token_ids`: every logprob token string is `token_id:N`
         (serving_engine.py _get_decoded_token), which the decoder reads as an id."""
         body["return_tokens_as_token_ids"] = True
-
-    def options(self, req: canonical.InferenceRequest, body: dict[str, Any]) -> None:
-        super().options(req, body)
-        if req.token_ids or req.per_token:
-            body["return_token_ids"] = True  # vLLM >= 0.10.2
-        if req.prompt_logprobs is not None:
-            body["prompt_logprobs"] = req.prompt_logprobs
 
     def message(self, m: canonical.Message) -> dict[str, Any]:
         out = super().message(m)

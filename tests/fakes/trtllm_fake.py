@@ -28,7 +28,7 @@ _OPENAI = {"model", "messages", "prompt", "frequency_penalty", "logit_bias", "lo
            "echo", "best_of", "suffix", "top_k", "min_p", "repetition_penalty",
            "length_penalty", "stop_token_ids", "ignore_eos", "min_tokens",
            "skip_special_tokens", "truncate_prompt_tokens"}
-ALLOWED = _OPENAI | set(trtllm.TRTLLM_EXTRA_FIELDS)
+ALLOWED = _OPENAI | set(trtllm.TrtllmBackend.ACCEPTED_EXTRAS)
 
 
 def _drop_none(v: Any) -> Any:

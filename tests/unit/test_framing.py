@@ -34,3 +34,43 @@ def test_named_events_and_unterminated_tail() -> None:
     assert dec.feed(b"event: error\ndata: {}\n\ndata: tail") == [(b"error", b"{}")]
     assert dec.pending
     assert dec.close() == [(b"message", b"tail")]
+
+
+# Multi-line data, CRLF and bare CR line ends, a comment and a named event (WHATWG: CR, LF and
+# CRLF each end a line; a CRLF split by a read boundary is still one line end).
+CRLF_BODY = (b"data: a\r\ndata: b\r\n\r\n: ping\r\n\r\nevent: error\r\ndata: {}\r\n\r\n"
+             b"data: c\rdata: d\r\r")
+CRLF_EVENTS = [(b"message", b"a\nb"), (b"error", b"{}"), (b"message", b"c\nd")]
+
+
+def test_every_cut_of_crlf_and_multi_line_data() -> None:
+    for cut in range(len(CRLF_BODY) + 1):
+        dec = framing.SseDecoder()
+        got = dec.feed(CRLF_BODY[:cut]) + dec.feed(CRLF_BODY[cut:]) + dec.close()
+        assert got == CRLF_EVENTS, f"cut at {cut}"
+
+
+def test_crlf_one_byte_at_a_time() -> None:
+    dec = framing.SseDecoder()
+    got = [e for i in range(len(CRLF_BODY)) for e in dec.feed(CRLF_BODY[i:i + 1])]
+    assert got + dec.close() == CRLF_EVENTS
+
+
+def test_an_event_name_from_an_earlier_read_survives_a_whole_event_read() -> None:
+    """The fast path for reads that end on an event boundary must not forget `event:`."""
+    dec = framing.SseDecoder()
+    assert dec.feed(b"event: error\n") == []
+    assert dec.feed(b"data: {}\n\n") == [(b"error", b"{}")]
+
+
+LINES = b'{"a":1}\r\n\n{"b":\r2}\r{"c":3}\n  \n{"d":4}'
+
+
+def test_json_lines_any_cut() -> None:
+    """LMI's jsonlines framing: blank lines skipped, CR / LF / CRLF ends, an unended last line."""
+    for a in range(len(LINES) + 1):
+        for b in range(a, len(LINES) + 1):
+            dec = framing.LineDecoder()
+            got = dec.feed(LINES[:a]) + dec.feed(LINES[a:b]) + dec.feed(LINES[b:])
+            assert dec.pending
+            assert got + dec.close() == [b'{"a":1}', b'{"b":', b"2}", b'{"c":3}', b'{"d":4}']

@@ -283,3 +283,21 @@ async def test_a_worker_silent_before_its_first_byte_is_a_504() -> None:
                           make_config(timeouts={"first_byte": 0.3}))
     assert resp.status_code == 504
     assert resp.json()["error"]["code"] == "upstream_timeout"
+
+
+@pytest.mark.anyio
+async def test_text_in_the_read_of_an_in_band_error_reaches_the_client_first() -> None:
+    """vLLM writes its text and its mid-stream `{"error"}` event back to back (wire-formats.md
+    3.5), so one read may hold both: the client gets the text, then the error, in band."""
+    error = b'data: {"error": {"message": "engine died", "type": "InternalServerError", ' \
+        b'"param": null, "code": 500}}\n\n'
+    body = b"\n\n".join(SSE_OK.split(b"\n\n")[:2]) + b"\n\n" + error + b"data: [DONE]\n\n"
+    with respx.mock(assert_all_called=False) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=httpx.ByteStream(body)))
+        resp = await call(r, {**CHAT, "stream": True})
+    assert resp.status_code == 200
+    events = [e for e in resp.text.split("\n\n") if e]
+    assert '"content":"Hello"' in events[1]
+    assert "engine died" in orjson.loads(events[-2].removeprefix("data: "))["error"]["message"]
+    assert events[-1] == "data: [DONE]"

@@ -1,0 +1,140 @@
+"""The framing half of every worker decoder, written once: SSE events, JSON lines or a whole JSON
+body in, one parsed JSON object per event out to the worker's own `on_event`.
+
+A worker decoder says only what a parsed event means (`on_event`, `on_body`, `on_end`); this
+base reads the framing (adapters/framing.py), parses each event with one `orjson.loads`, and
+orders failures the same way for every worker. A failure found in a read (an in-band error
+event, malformed JSON, an event that is not a JSON object) comes after the events that came
+before it in the same read: those are returned, and the failure is raised on the next `feed`
+or at `close`, once. So what a client receives does not depend on where the network cut the
+stream. A decoder that raised is spent: later calls return nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import orjson
+
+from adapters import framing
+from schemas import errors
+from schemas import events as ev
+
+Framing = Literal["sse", "lines", "whole"]
+
+
+class FramedDecoder:
+    """Base of the worker decoders (StreamDecoder); subclasses override the `on_*` hooks."""
+
+    # The payload that ends a stream (OpenAI's `data: [DONE]`), when the protocol has one.
+    DONE: ClassVar[bytes | None] = None
+    # Read an SSE event the worker left without its blank line at the end, instead of calling
+    # the stream cut inside an event.
+    FLUSH_TAIL: ClassVar[bool] = False
+    NOT_OBJECT: ClassVar[str] = "the worker's event is not a JSON object"
+
+    def __init__(self, framing_: Framing):
+        self._framing = framing_
+        self._sse = framing.SseDecoder()
+        self._lines = framing.LineDecoder()
+        self._body: list[bytes] = []
+        self._failure: errors.GatewayError | None = None
+        self._spent = False
+
+    # -- what a worker decoder supplies -------------------------------------------------------
+
+    def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
+        """One event of a stream, parsed; append its canonical events or raise."""
+        raise NotImplementedError
+
+    def on_done(self) -> None:
+        """The `DONE` payload came."""
+
+    def on_body(self, obj: Any, out: list[ev.Event]) -> None:
+        """A whole (non-streaming) body, parsed: by default one event."""
+        self.on_event(self.object(obj), out)
+
+    def on_end(self) -> list[ev.Event]:
+        """The stream ended where it should: the events still held, or raise if it was cut."""
+        return []
+
+    # -- StreamDecoder ------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> list[ev.Event]:
+        if self._spent:
+            return self._spend()
+        if self._framing == "sse":
+            events = self._sse.feed(data)
+        elif self._framing == "lines":
+            events = [(b"", line) for line in self._lines.feed(data)]
+        else:
+            self._body.append(data)
+            return []
+        out: list[ev.Event] = []
+        try:
+            self._events(events, out)
+        except errors.GatewayError as exc:
+            if not out:
+                self._spent = True
+                raise
+            self._failure = exc  # the events before it go out first
+            self._spent = True
+        return out
+
+    def close(self) -> list[ev.Event]:
+        if self._spent:
+            return self._spend()
+        self._spent = True
+        out: list[ev.Event] = []
+        if self._framing == "whole":
+            self.on_body(self.parse(b"".join(self._body)), out)
+            return out + self.on_end()
+        reader = self._sse if self._framing == "sse" else self._lines
+        if self.FLUSH_TAIL:
+            self._events(self._tail(), out)
+        elif reader.pending:
+            raise errors.UpstreamBroken("the worker's stream ended inside an event")
+        return out + self.on_end()
+
+    # -- parts --------------------------------------------------------------------------------
+
+    def _spend(self) -> list[ev.Event]:
+        """Raise the deferred failure the first time; a spent decoder then answers nothing."""
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+        return []
+
+    def _tail(self) -> list[tuple[bytes, bytes]]:
+        if self._framing == "sse":
+            return self._sse.close()
+        return [(b"", line) for line in self._lines.close()]
+
+    def _events(self, events: list[tuple[bytes, bytes]], out: list[ev.Event]) -> None:
+        """Each (name, data) event: one orjson.loads and the worker's `on_event`; the
+        terminator is the one payload that is not JSON (tried second: it comes once)."""
+        on_event = self.on_event
+        for _, payload in events:
+            try:
+                obj = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                if self.DONE is not None and payload.strip() == self.DONE:
+                    self.on_done()
+                    continue
+                raise errors.UpstreamBroken("the worker sent malformed JSON",
+                                            detail=repr(payload[:200])) from None
+            if type(obj) is not dict:
+                raise errors.UpstreamBroken(self.NOT_OBJECT)
+            on_event(obj, out)
+
+    def parse(self, body: bytes) -> Any:
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise errors.UpstreamBroken("the worker sent malformed JSON",
+                                        detail=repr(body[:200])) from None
+
+    def object(self, obj: Any) -> dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise errors.UpstreamBroken(self.NOT_OBJECT)
+        return obj

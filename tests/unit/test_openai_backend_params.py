@@ -1,0 +1,167 @@
+"""The OpenAI-style worker protocols' request side (openai, vllm, trtllm) in the `Rule` idiom of
+params.py: a rule for every canonical field, the table's order for checks and body keys, the
+extras each worker declares (`ACCEPTED_EXTRAS`), and the refusals worded as before the tables.
+Sources: vLLM protocol.py (extra="allow"), trtllm-serve openai_protocol.py (extra="forbid"),
+wire-formats.md sections 3.1, 6.1 and 8."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+import structlog.testing
+
+from adapters import base, registry
+from adapters.backends import openai, params, tgi, triton, trtllm, vllm
+from adapters.frontends import openai as openai_frontend
+from adapters.frontends import tgi as tgi_frontend
+from schemas import canonical, errors
+
+TARGET = base.Target("http://worker:8000/", "org/m")
+KINDS = ("openai", "vllm", "trtllm")
+
+
+def chat(**fields: Any) -> canonical.InferenceRequest:
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], **fields}
+    return openai_frontend.OpenAIChatFrontend().parse(orjson.dumps(body), base.RequestContext())
+
+
+def completion(**fields: Any) -> canonical.InferenceRequest:
+    body = {"model": "m", "prompt": "Say", **fields}
+    return openai_frontend.OpenAICompletionsFrontend().parse(orjson.dumps(body),
+                                                             base.RequestContext())
+
+
+def body_of(kind: str, req: canonical.InferenceRequest) -> dict[str, Any]:
+    backend = registry.backend(kind)
+    backend.check(req)
+    out: dict[str, Any] = orjson.loads(backend.build(req, TARGET).body)
+    return out
+
+
+def refusal(kind: str, req: canonical.InferenceRequest) -> str:
+    with pytest.raises(errors.Unsupported) as info:
+        registry.backend(kind).check(req)
+    return info.value.message
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_table_has_a_rule_for_every_canonical_field(kind: str) -> None:
+    backend = registry.BACKENDS[kind]
+    assert isinstance(backend, type) and issubclass(backend, openai.OpenAIBackend)
+    assert params.covers(backend.TABLE) == []
+
+
+def test_every_backend_says_which_extras_it_takes() -> None:
+    """The allow-lists: what a worker kind declares beyond the canonical fields."""
+    assert {"chat_template_kwargs", "structured_outputs", "max_tokens"} <= \
+        vllm.VllmBackend.ACCEPTED_EXTRAS
+    assert "structured_outputs" not in trtllm.TrtllmBackend.ACCEPTED_EXTRAS  # a 400 there
+    assert "lora_request" in trtllm.TrtllmBackend.ACCEPTED_EXTRAS
+    assert "suffix" in openai.OpenAIBackend.ACCEPTED_EXTRAS
+    assert "suffix" not in trtllm.TrtllmBackend.ACCEPTED_EXTRAS  # check_suffix
+    assert triton.TritonBackend.ACCEPTED_EXTRAS >= triton.PASSTHROUGH
+    assert tgi.TgiBackend.ACCEPTED_EXTRAS == {"adapter_id", "include_stop_str_in_output",
+                                              "structured_outputs"}
+    for kind in registry.BACKENDS:
+        accepted = registry.BACKENDS[kind].ACCEPTED_EXTRAS  # type: ignore[attr-defined]
+        assert isinstance(accepted, frozenset) and accepted
+
+
+def test_the_body_follows_the_table_not_the_client() -> None:
+    """Keys in the table's order (sampling, stream, options, extras), whatever order the
+    client wrote them in, as the vLLM and trtllm goldens fix."""
+    a = body_of("vllm", chat(priority=1, top_k=5, user="u", stop="!", max_tokens=3, stream=True))
+    b = body_of("vllm", chat(max_tokens=3, stop="!", priority=1, stream=True, user="u", top_k=5))
+    assert list(a) == list(b) == ["model", "messages", "max_tokens", "stop", "top_k", "stream",
+                                  "stream_options", "user", "priority"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sampling_and_options_as_each_worker_names_them(kind: str) -> None:
+    body = body_of(kind, completion(temperature=0.5, seed=3, logprobs=2, echo=True,
+                                    user="u"))
+    assert body["temperature"] == 0.5 and body["seed"] == 3 and body["echo"] is True
+    assert body["logprobs"] == 2  # completions: a count
+    chat_body = body_of(kind, chat(logprobs=True, top_logprobs=2, tool_choice="none",
+                                   tools=[{"type": "function", "function": {"name": "f"}}]))
+    assert chat_body["logprobs"] is True and chat_body["top_logprobs"] == 2
+    assert chat_body["tools"] == [{"type": "function", "function": {"name": "f"}}]
+    assert chat_body["tool_choice"] == "none"
+
+
+def test_vllm_names_its_own_fields() -> None:
+    body = body_of("vllm", completion(truncate_prompt_tokens=9, return_token_ids=True,
+                                      prompt_logprobs=1, min_p=0.1))
+    assert body["truncate_prompt_tokens"] == 9 and body["return_token_ids"] is True
+    assert body["prompt_logprobs"] == 1 and body["min_p"] == 0.1
+
+
+@pytest.mark.parametrize(("kind", "fields", "message"), [
+    ("openai", {"top_k": 5}, "`top_k` is not supported by this model's worker"),
+    ("openai", {"return_token_ids": True, "prompt_logprobs": 1},
+     "token ids are not available from this model's worker"),
+    ("trtllm", {"prompt_logprobs": 1}, "`prompt_logprobs` is not supported by this model's "
+     "worker"),
+    ("trtllm", {"structured_outputs": {"regex": "a"}},
+     "`structured_outputs` is not supported by this model's worker (trtllm-serve)"),
+    ("trtllm", {"suffix": "s"}, "`suffix` is not supported by this model's worker "
+     "(trtllm-serve)"),
+    ("vllm", {"typical_p": 0.5}, "`typical_p` is not supported by this model's worker"),
+])
+def test_refusals_keep_their_words(kind: str, fields: dict[str, Any], message: str) -> None:
+    assert refusal(kind, completion(**fields)) == message
+
+
+def test_trtllm_refuses_an_undeclared_extra_even_when_null() -> None:
+    """trtllm-serve's extra="forbid" refuses the key, whatever its value; vLLM and OpenAI
+    servers never see an undeclared one."""
+    req = completion(api_key=None)
+    assert refusal("trtllm", req) == \
+        "`api_key` is not supported by this model's worker (trtllm-serve)"
+    assert "api_key" not in body_of("vllm", req)
+
+
+def test_as_many_tokens_as_fit_and_kept_stops_in_each_workers_terms() -> None:
+    """The `Own` rules of `max_tokens_fit` and `keep_stop` (OpenAIBackend.limits)."""
+    req = tgi_frontend.TgiFrontend("generate").parse(
+        b'{"inputs":"Hi","parameters":{"stop":["."]}}', base.RequestContext())
+    assert req.sampling.max_tokens_fit and req.sampling.keep_stop
+    vllm_body = body_of("vllm", req)
+    assert vllm_body["max_tokens"] is None and vllm_body["include_stop_str_in_output"] is True
+    trtllm_body = body_of("trtllm", req)
+    assert "max_tokens" not in trtllm_body and trtllm_body["include_stop_str_in_output"]
+    assert "include_stop_str_in_output" not in body_of("openai", req)
+
+
+@pytest.mark.parametrize("kind", ["openai", "vllm"])
+def test_only_declared_extras_go_upstream_after_the_rest(kind: str) -> None:
+    """No mass assignment (issue 12): an undeclared extra is dropped with a log line, even one
+    named like a canonical field (completions have no `tools`); a declared one goes as the
+    client wrote it, after the rest."""
+    raw = [{"type": "function", "function": {"name": "f"}}]
+    req = completion(tools=raw, api_key="sk", suffix="!", seed=1)
+    with structlog.testing.capture_logs() as logs:
+        body = body_of(kind, req)
+    assert "tools" not in body and "api_key" not in body
+    assert list(body)[-1] == "suffix" and body["suffix"] == "!"
+    assert {(e["field"], e["worker"]) for e in logs} == {("tools", kind), ("api_key", kind)}
+    assert "api_key" not in registry.BACKENDS[kind].ACCEPTED_EXTRAS  # type: ignore[attr-defined]
+
+
+def test_a_client_extra_never_overrides_what_the_gateway_sets() -> None:
+    body = body_of("vllm", completion(stream=True, include_stop_str_in_output=True,
+                                      stream_options={"include_usage": False}))
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["include_stop_str_in_output"] is True
+
+
+def test_checking_logs_nothing_and_building_logs_drops_once() -> None:
+    req = completion(user="u", skip_special_tokens=True)
+    with structlog.testing.capture_logs() as logs:
+        triton.TritonBackend().check(req)
+    assert logs == []
+    with structlog.testing.capture_logs() as logs:
+        triton.TritonBackend().build(req, TARGET)
+    assert [e["field"] for e in logs] == ["user"]  # skip_special_tokens=True is its noop
