@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from schemas import canonical, errors
 from schemas import events as ev
+
+N = TypeVar("N", bound="Note")
 
 
 @dataclass(slots=True, frozen=True)
@@ -93,18 +95,46 @@ class StreamEncoder(Protocol):
         ...
 
 
+class Translator(Protocol):
+    """One request's translation, made by `Frontend.parse` (Envoy AI Gateway's one translator
+    per request): the canonical request, and that protocol's typed notes about it (schema,
+    framing, what to echo), which its encoder, its whole answer and its errors need."""
+
+    @property
+    def request(self) -> canonical.InferenceRequest: ...
+
+    def encoder(self, meta: ResponseMeta) -> StreamEncoder: ...
+
+    def render(self, done: canonical.Completion, meta: ResponseMeta) -> Rendered: ...
+
+    def render_error(self, exc: errors.GatewayError) -> Rendered:
+        """An error after the request parsed (no model, worker down), in this request's form."""
+        ...
+
+
+class Note(Exception):
+    """What a frontend knew about a request it refused while parsing, chained as the refusal's
+    cause (`raise errors.InvalidRequest(...) from note`): `Frontend.render_error(exc)` sees only
+    the exception, and errors get no attributes patched on. Each protocol subclasses it with
+    its own typed fields (an Elasticsearch exception type, an LMI schema)."""
+
+
+def note_of(exc: BaseException, kind: type[N]) -> N | None:
+    """The note of `kind` an error was raised from, if any."""
+    cause = exc.__cause__
+    return cause if isinstance(cause, kind) else None
+
+
 class Frontend(Protocol):
-    """A client protocol: its request bytes -> canonical; canonical -> its response bytes."""
+    """A client protocol's route: request bytes -> a Translator. Shared by all the route's
+    requests, so it holds no per-request state."""
 
-    def parse(self, body: bytes, ctx: RequestContext) -> canonical.InferenceRequest: ...
+    def parse(self, body: bytes, ctx: RequestContext) -> Translator: ...
 
-    def encoder(self, req: canonical.InferenceRequest, meta: ResponseMeta) -> StreamEncoder: ...
-
-    def render(
-        self, req: canonical.InferenceRequest, done: canonical.Completion, meta: ResponseMeta
-    ) -> Rendered: ...
-
-    def render_error(self, exc: errors.GatewayError) -> Rendered: ...
+    def render_error(self, exc: errors.GatewayError) -> Rendered:
+        """An error before or while parsing (API key, body size, invalid body): every error
+        class, with what the exception itself carries."""
+        ...
 
 
 class StreamDecoder(Protocol):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +12,7 @@ from adapters import base
 from adapters.backends import openai as openai_backend
 from adapters.backends import tgi as tgi_backend
 from adapters.backends import triton, trtllm, vllm
-from adapters.frontends import elastic, lmi, tgi, tgi_chat
+from adapters.frontends import elastic, lmi, tgi
 from adapters.frontends import openai as openai_frontend
 from adapters.workers import trtllm as trtllm_worker
 from adapters.workers import vllm as vllm_worker
@@ -63,26 +62,25 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "workers": [{"kind": "simulator", "model": "demo", "port": 0}],
 }
 
-# Inference routes (POST): path (Starlette syntax) -> the frontend that serves it.
+# Inference routes (POST): path (Starlette syntax) -> the frontend that serves it. A frontend
+# serves every request of its route, so it holds no request's state (its translators do).
 INFERENCE_ROUTES: list[tuple[str, Callable[[], base.Frontend]]] = [
-    # OpenAI's chat, answered in TGI's Messages API shape for TGI's placeholder model names.
-    ("/v1/chat/completions", tgi_chat.TgiMessagesFrontend),
+    # OpenAI's chat; TGI's placeholder model names are answered in TGI's Messages API shape.
+    ("/v1/chat/completions", openai_frontend.OpenAIChatFrontend),
     ("/v1/completions", openai_frontend.OpenAICompletionsFrontend),
     # TGI: one frontend per route, so that errors take that route's form (tgi.TgiFrontend).
-    ("/generate", functools.partial(tgi.TgiFrontend, "generate")),
-    ("/generate_stream", functools.partial(tgi.TgiFrontend, "stream")),
-    ("/", functools.partial(tgi.TgiFrontend, "compat")),
+    ("/generate", tgi.TgiGenerateFrontend),
+    ("/generate_stream", tgi.TgiStreamFrontend),
+    ("/", tgi.TgiCompatFrontend),
     # Elasticsearch's inference API (x-pack inference rest/Paths.java); `{id}` is a model name.
     ("/_inference/{id}/_unified", elastic.ElasticChatFrontend),
     ("/_inference/{id}/_stream", elastic.ElasticChatFrontend),
     ("/_inference/chat_completion/{id}/_unified", elastic.ElasticChatFrontend),
     ("/_inference/chat_completion/{id}/_stream", elastic.ElasticChatFrontend),
     # Elasticsearch 9.6 (PR #158022): without `_stream`, a non-streaming chat completion.
-    ("/_inference/chat_completion/{id}",
-     functools.partial(elastic.ElasticChatFrontend, stream=False)),
+    ("/_inference/chat_completion/{id}", elastic.ElasticChatWholeFrontend),
     ("/_inference/completion/{id}", elastic.ElasticCompletionFrontend),
-    ("/_inference/completion/{id}/_stream",
-     functools.partial(elastic.ElasticCompletionFrontend, True)),
+    ("/_inference/completion/{id}/_stream", elastic.ElasticCompletionStreamFrontend),
     # LMI / SageMaker (DJL Serving InferenceRequestHandler); the body picks the schema.
     ("/invocations", lmi.LmiFrontend),
     ("/predictions/{model}", lmi.LmiFrontend),
@@ -106,12 +104,6 @@ STATUS_ERRORS: dict[str, Callable[[], base.Frontend]] = {
     "/info": tgi.TgiFrontend,
     "/ping": lmi.LmiFrontend,
 }
-
-# Model names that clients send as placeholders for "the one model": TGI serves one model
-# whatever it is called, so text-generation's client sends "tgi" and huggingface_hub's
-# InferenceClient "dummy" (SPEC.md, TGI front end). They reach `default_model` unless a model
-# is really named so.
-DEFAULT_MODEL_PLACEHOLDERS = ("tgi", "dummy")
 
 
 def backend(name: str) -> base.Backend:

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gateway import pipeline
+from schemas import canonical
 from schemas import events as ev
 
 if TYPE_CHECKING:
-    from gateway.telemetry import Watch
+    from gateway.routing import Route
+
+
+class Watcher(Protocol):
+    """What follows one request for its metrics and spans (telemetry.Watch): told the route
+    once it is known, then the finished exchange. Declared here so that this record does not
+    import the telemetry that reads it (no import circle, not even for type checking)."""
+
+    def route(self, route: Route, req: canonical.InferenceRequest) -> None: ...
+
+    def finish(self, x: Exchange, ended: float) -> None: ...
 
 
 @dataclass(slots=True)
@@ -34,4 +45,4 @@ class Exchange:
     error_type: str = ""  # `error.type`: the error's class name; "" when none
     response_id: str = ""
     finish_reasons: list[str] = field(default_factory=list)
-    watch: Watch | None = None
+    watch: Watcher | None = None

@@ -83,8 +83,6 @@ class Router:
                                            field="model")
             return self.default
         route = self._by_name.get(name)
-        if route is None and name in registry.DEFAULT_MODEL_PLACEHOLDERS:
-            return self.resolve(None)
         if route is None:
             raise errors.ModelNotFound(f"The model `{name}` does not exist.", field="model")
         return route

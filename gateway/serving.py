@@ -55,6 +55,9 @@ class ProtocolEndpoint:
         s = self.services
         x.watch = x.note.observer = telemetry.Watch(s.tracing, headers, self.route)
         admitted = False
+        # Who renders an error: the frontend until the body parsed, then that request's
+        # translator (which knows the request's schema and framing).
+        answerer: base.Frontend | base.Translator = self.frontend
         try:
             check_key(s.keys, headers)
             if s.in_flight >= s.config.server.max_concurrent_requests:
@@ -64,13 +67,14 @@ class ProtocolEndpoint:
             body = await read_body(receive, headers, s.config.server)
             ctx = base.RequestContext(scope["path"], scope.get("path_params") or {}, headers,
                                       s.router.options)
-            await self._watched(self._exchange(body, ctx, x, send), receive, x)
+            answerer = translator = self.frontend.parse(body, ctx)
+            await self._watched(self._exchange(translator, x, send), receive, x)
         except errors.GatewayError as exc:
-            await self._fail(exc, x, send)
+            await self._fail(exc, x, send, answerer)
         except Exception as exc:  # a bug: logged with its traceback, answered cleanly
             observability.log_bug(rid, exc)
             x.error_type = "internal"
-            await self._fail(errors.GatewayError("internal gateway error"), x, send)
+            await self._fail(errors.GatewayError("internal gateway error"), x, send, answerer)
         finally:
             if admitted:
                 s.in_flight -= 1
@@ -90,10 +94,9 @@ class ProtocolEndpoint:
         finally:
             watcher.cancel()
 
-    async def _exchange(self, body: bytes, ctx: base.RequestContext, x: Exchange,
-                        send: Send) -> None:
+    async def _exchange(self, t: base.Translator, x: Exchange, send: Send) -> None:
         s = self.services
-        req = self.frontend.parse(body, ctx)
+        req = t.request
         route = s.router.resolve(req.model)
         x.model, x.stream = route.name, req.stream
         if x.watch is not None:
@@ -106,13 +109,13 @@ class ProtocolEndpoint:
         x.first_event_at = time.perf_counter()
         batches = s.pipeline.batches(opened)
         if req.stream:
-            await self._stream(req, meta, batches, x, send)
+            await self._stream(t, meta, batches, x, send)
         else:
-            await self._whole(req, meta, batches, x, send)
+            await self._whole(t, meta, batches, x, send)
 
-    async def _stream(self, req: canonical.InferenceRequest, meta: base.ResponseMeta,
+    async def _stream(self, t: base.Translator, meta: base.ResponseMeta,
                       batches: Any, x: Exchange, send: Send) -> None:
-        enc = self.frontend.encoder(req, meta)
+        enc = t.encoder(meta)
         await self._head(200, enc.media_type, {"cache-control": "no-cache", **enc.headers}, x,
                          send)
         prev: list[ev.Event] = []
@@ -142,15 +145,15 @@ class ProtocolEndpoint:
         x.finishing = True
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
-    async def _whole(self, req: canonical.InferenceRequest, meta: base.ResponseMeta,
+    async def _whole(self, t: base.Translator, meta: base.ResponseMeta,
                      batches: Any, x: Exchange, send: Send) -> None:
-        done = canonical.Completion.fold((), req.choice_count)
+        done = canonical.Completion.fold((), t.request.choice_count)
         async for batch in batches:
             for e in batch:
                 done.add(e)
         x.usage = done.usage
         x.finish_reasons = [c.finish.reason for c in done.choices if c.finish is not None]
-        out = self.frontend.render(req, done, meta)
+        out = t.render(done, meta)
         await self._whole_response(out, x, send)
 
     async def _head(self, status: int, media_type: str, extra: dict[str, str], x: Exchange,
@@ -165,7 +168,8 @@ class ProtocolEndpoint:
         x.finishing = True
         await send({"type": "http.response.body", "body": out.body, "more_body": False})
 
-    async def _fail(self, exc: errors.GatewayError, x: Exchange, send: Send) -> None:
+    async def _fail(self, exc: errors.GatewayError, x: Exchange, send: Send,
+                    answerer: base.Frontend | base.Translator) -> None:
         x.error = logged(exc)
         x.error_type = x.error_type or telemetry.error_type(exc)
         if x.outcome == "ok":
@@ -173,7 +177,7 @@ class ProtocolEndpoint:
         if x.head_sent:
             return
         try:
-            await self._whole_response(self.frontend.render_error(exc), x, send)
+            await self._whole_response(answerer.render_error(exc), x, send)
         except OSError:  # the client is gone; nothing left to tell it
             x.outcome = x.error_type = "client_closed"
 

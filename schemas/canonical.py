@@ -123,9 +123,6 @@ class InferenceRequest:
     user: str | None = None
     # Fields of the client's protocol with no canonical meaning, for workers that take them as is.
     extra: dict[str, Any] = field(default_factory=dict)
-    # The frontend's own per-request notes (which schema the client used, how to frame the
-    # answer); never sent upstream, read back by the same frontend's encoder and render.
-    client_state: Any = None
 
     @property
     def is_chat(self) -> bool:

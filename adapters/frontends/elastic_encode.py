@@ -63,7 +63,7 @@ _ES_TYPES: dict[type[errors.GatewayError], str] = {
 
 @dataclass(slots=True, frozen=True)
 class ElasticState:
-    """What the frontend noted about a request (InferenceRequest.client_state)."""
+    """What parse noted about a completion request (kept by elastic.CompletionTranslator)."""
 
     framing: Framing = "documented"
     media_type: str = JSON_MEDIA_TYPE  # of a whole JSON answer (the compat type if asked)
@@ -253,18 +253,38 @@ def completion_body(done_: canonical.Completion) -> dict[str, Any]:
 # ---- errors ----
 
 
-def tag(exc: errors.GatewayError, es_type: str, rest: bool = False) -> errors.GatewayError:
-    """Note on an error which Elasticsearch exception it stands for, and whether Elasticsearch
-    raises it in its REST layer (before the SSE listener exists: a JSON body, never SSE)."""
-    setattr(exc, "elastic_type", es_type)  # noqa: B010 - a frontend-private note
-    setattr(exc, "elastic_rest", rest)  # noqa: B010
-    return exc
+class EsNote(base.Note):
+    """A refusal's Elasticsearch side, chained as its cause (`raise exc from EsNote(...)`):
+    the exception Elasticsearch raises there (`es_type`, None: the error class's own), whether
+    it raises it in its REST layer (before the SSE listener exists: a JSON body, never SSE),
+    and the framing of the route's gateway, noted by parse for render_error."""
+
+    def __init__(self, es_type: str | None = None, rest: bool = False,
+                 framing: Framing | None = None):
+        super().__init__(es_type)
+        self.es_type = es_type
+        self.rest = rest
+        self.framing: Framing | None = framing
+
+    def framed(self, framing: Framing) -> EsNote:
+        return EsNote(self.es_type, self.rest, framing)
+
+
+def framed(exc: errors.GatewayError, framing: Framing) -> EsNote:
+    """The note of an error raised while parsing, with the request's framing added."""
+    return (base.note_of(exc, EsNote) or EsNote()).framed(framing)
+
+
+def refusal_framing(exc: errors.GatewayError, default: Framing) -> Framing:
+    """The framing parse noted on a refusal; `default` for errors before parse."""
+    note = base.note_of(exc, EsNote)
+    return note.framing if note is not None and note.framing is not None else default
 
 
 def es_type(exc: errors.GatewayError) -> str:
-    noted = getattr(exc, "elastic_type", None)
-    if isinstance(noted, str):
-        return noted
+    note = base.note_of(exc, EsNote)
+    if note is not None and note.es_type is not None:
+        return note.es_type
     return next(_ES_TYPES[c] for c in type(exc).__mro__ if c in _ES_TYPES)
 
 
@@ -272,7 +292,8 @@ def rest_layer(exc: errors.GatewayError) -> bool:
     """Errors Elasticsearch answers before its SSE listener exists: security (401), request
     size (413) and read time (408), thread-pool rejection (429), a bad Content-Type (406) or an
     empty body; RestController writes them as JSON (wire-formats.md 7.4)."""
-    if getattr(exc, "elastic_rest", False):
+    note = base.note_of(exc, EsNote)
+    if note is not None and note.rest:
         return True
     return isinstance(exc, errors.Unauthorized | errors.PayloadTooLarge | errors.Overloaded) \
         or exc.status == 408

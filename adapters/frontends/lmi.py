@@ -13,30 +13,49 @@ endpoint serves one model), so clients that send any model name keep working.
 
 from __future__ import annotations
 
-import contextvars
+from dataclasses import dataclass
 from typing import Any
 
 from adapters import base, validation
-from adapters.frontends import lmi_encode, lmi_json, lmi_params, lmi_render
-from adapters.frontends import openai as openai_frontend
+from adapters.frontends import lmi_encode, lmi_json, lmi_params, lmi_render, openai_parse
 from adapters.frontends.lmi_params import LmiState
 from schemas import canonical, errors
 
-# The schema of the request being served in this task, for `render_error`, which sees only the
-# exception: seed 003 gives dynamic-batch requests and failed non-stream rolling-batch
-# generations bodies of their own. Set by `parse` in the request's task (the ASGI server runs
-# each request in its own task, so each has its own value); reset first thing in `parse`.
-_SCHEMA: contextvars.ContextVar[LmiState | None] = contextvars.ContextVar("lmi_schema",
-                                                                         default=None)
-_CHAT = openai_frontend.OpenAIChatFrontend()
-_COMPLETIONS = openai_frontend.OpenAICompletionsFrontend()
+
+@dataclass(slots=True)
+class LmiTranslator:
+    """One LMI request: the canonical request and the schema (and framing) it came in."""
+
+    request: canonical.InferenceRequest
+    state: LmiState
+
+    def encoder(self, meta: base.ResponseMeta) -> base.StreamEncoder:
+        if self.state.schema == "chat":
+            return lmi_encode.ChatStreamEncoder(self.request, meta, self.state.sse)
+        if self.state.schema == "completion":
+            return lmi_encode.CompletionStreamEncoder(self.request, meta)
+        return lmi_encode.RollingStreamEncoder(self.state)
+
+    def render(self, done: canonical.Completion, meta: base.ResponseMeta) -> base.Rendered:
+        st = self.state
+        if st.schema == "chat":
+            return base.Rendered(200, lmi_render.chat_body(self.request, done, meta))
+        if st.schema == "completion":
+            return base.Rendered(200, lmi_render.completion_body(self.request, done, meta))
+        if st.schema == "dynamic":
+            return base.Rendered(200, lmi_render.dynamic_body(st, done))
+        return base.Rendered(200, lmi_render.rolling_body(st, done))
+
+    def render_error(self, exc: errors.GatewayError) -> base.Rendered:
+        """Seed 003 gives dynamic-batch requests and failed non-stream rolling-batch
+        generations bodies of their own (lmi_render.render_error)."""
+        return lmi_render.render_error(exc, self.state)
 
 
 class LmiFrontend:
     """One frontend for both inference routes; the body picks the schema (`LmiState`)."""
 
-    def parse(self, body: bytes, ctx: base.RequestContext) -> canonical.InferenceRequest:
-        _SCHEMA.set(None)
+    def parse(self, body: bytes, ctx: base.RequestContext) -> LmiTranslator:
         data = validation.load_object(body)
         name = ctx.path_params.get("model")  # /predictions/{model}; None: the default model
         lmi: dict[str, Any] = dict(ctx.model_options(name).get("lmi") or {})
@@ -44,46 +63,37 @@ class LmiFrontend:
         if "messages" in data:
             # input_parser.py: chat requests get their own formatter (jsonlines_chat); tgi_compat
             # is read only by the rolling-batch formatters.
-            req = _CHAT.parse(body, ctx)
-            req.client_state = LmiState("chat", stream=req.stream, sse=sse)
+            req = openai_parse.chat_request(data)
+            st = LmiState("chat", stream=req.stream, sse=sse)
         elif "prompt" in data:
-            req = _COMPLETIONS.parse(body, ctx)
-            req.client_state = LmiState("completion", stream=req.stream)
+            req = openai_parse.completion_request(data)
+            st = LmiState("completion", stream=req.stream)
         elif "inputs" in data:
-            if isinstance(data["inputs"], list):  # known before validation: its error body
-                _SCHEMA.set(LmiState("dynamic"))
-            req = lmi_params.inputs_request(data, bool(lmi.get("tgi_compat")), sse)
+            req, st = _inputs_request(data, bool(lmi.get("tgi_compat")), sse)
         else:
             raise errors.InvalidRequest(
                 "the request needs `inputs` (LMI schema), `messages` (chat completion) or "
                 "`prompt` (text completion)", field="inputs")
         req.model = name
-        _SCHEMA.set(req.client_state)
-        return req
-
-    def encoder(self, req: canonical.InferenceRequest,
-                meta: base.ResponseMeta) -> base.StreamEncoder:
-        st: LmiState = req.client_state
-        if st.schema == "chat":
-            return lmi_encode.ChatStreamEncoder(req, meta)
-        if st.schema == "completion":
-            return lmi_encode.CompletionStreamEncoder(req, meta)
-        return lmi_encode.RollingStreamEncoder(req)
-
-    def render(self, req: canonical.InferenceRequest, done: canonical.Completion,
-               meta: base.ResponseMeta) -> base.Rendered:
-        st: LmiState = req.client_state
-        if st.schema == "chat":
-            return base.Rendered(200, lmi_render.chat_body(req, done, meta))
-        if st.schema == "completion":
-            return base.Rendered(200, lmi_render.completion_body(req, done, meta))
-        if st.schema == "dynamic":
-            return base.Rendered(200, lmi_render.dynamic_body(st, done))
-        return base.Rendered(200, lmi_render.rolling_body(st, done))
+        return LmiTranslator(req, st)
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
-        """Errors before the first byte, in the body of the request's schema (lmi_render)."""
-        return lmi_render.render_error(exc, _SCHEMA.get())
+        """Errors before or while parsing: in the body of the schema the body was known to
+        use, when it got that far (lmi_render.SchemaNote), else the 424 body."""
+        note = base.note_of(exc, lmi_render.SchemaNote)
+        return lmi_render.render_error(exc, note.state if note is not None else None)
+
+
+def _inputs_request(data: dict[str, Any], tgi_compat: bool,
+                    sse: bool) -> tuple[canonical.InferenceRequest, LmiState]:
+    """A seed-003 body; a list of `inputs` is the dynamic-batch schema, known before
+    validation, so that its refusal takes that schema's error body."""
+    try:
+        return lmi_params.inputs_request(data, tgi_compat, sse)
+    except errors.GatewayError as exc:
+        if isinstance(data["inputs"], list):
+            raise exc from lmi_render.SchemaNote(LmiState("dynamic"))
+        raise
 
 
 def ping(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:

@@ -48,8 +48,7 @@ class _Framed:
 class RollingStreamEncoder(_Framed):
     """Seed 003 rolling-batch stream (one choice: n > 1 is refused when streaming)."""
 
-    def __init__(self, req: canonical.InferenceRequest):
-        st: LmiState = req.client_state
+    def __init__(self, st: LmiState):
         super().__init__(st.sse)
         self._st = st
         self._key = b'"logprob": ' if st.tgi_compat else b'"log_prob": '
@@ -137,9 +136,8 @@ class RollingStreamEncoder(_Framed):
 class ChatStreamEncoder(_Framed):
     """Seed 000 chat.completion.chunk lines; the newest chunk of each choice is held."""
 
-    def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta):
-        st: LmiState = req.client_state
-        super().__init__(st.sse)
+    def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta, sse: bool):
+        super().__init__(sse)
         self._head = (b'{"id": ' + orjson.dumps(render.CHAT_ID + meta.id)
                       + b', "object": "chat.completion.chunk", "created": '
                       + str(meta.created).encode() + b', "choices": [')

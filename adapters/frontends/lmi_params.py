@@ -56,7 +56,7 @@ EXTRA: dict[str, str] = {
 
 @dataclass(slots=True, frozen=True)
 class LmiState:
-    """Which LMI schema and framing a request uses; kept in `InferenceRequest.client_state`."""
+    """Which LMI schema and framing a request uses; kept by its translator (lmi.LmiTranslator)."""
 
     schema: Schema
     stream: bool = False
@@ -75,8 +75,10 @@ class LmiState:
         return self.prompts[choice // self.n] if self.full_text else ""
 
 
-def inputs_request(data: dict[str, Any], tgi_compat: bool, sse: bool) -> canonical.InferenceRequest:
-    """A seed-003 body in canonical form; `tgi_compat` / `sse` are the model's `lmi` options."""
+def inputs_request(data: dict[str, Any], tgi_compat: bool,
+                   sse: bool) -> tuple[canonical.InferenceRequest, LmiState]:
+    """A seed-003 body in canonical form, and its schema and framing; `tgi_compat` / `sse` are
+    the model's `lmi` options."""
     _known(data.get("parameters"))
     raw = validation.validate(wire.InputsRequest, data)
     p = raw.parameters or wire.GenerationParameters()
@@ -99,18 +101,18 @@ def inputs_request(data: dict[str, Any], tgi_compat: bool, sse: bool) -> canonic
         logprobs=bool(top_n) or p.logprobs is not None,
         top_logprobs=top_n or p.logprobs or 0,
         per_token=per_token,
-        prompt_logprobs=_prompt_logprobs(p),
-        client_state=LmiState(
-            schema="dynamic" if dynamic else "rolling", stream=stream, sse=sse or tgi_compat,
-            tgi_compat=tgi_compat, details=details,
-            prefill=details and bool(p.decoder_input_details),
-            top_n_tokens=top_n if details else 0, multi=multi,
-            full_text=bool(p.return_full_text), prompts=tuple(prompts), n=sampling.n))
+        prompt_logprobs=_prompt_logprobs(p))
+    st = LmiState(
+        schema="dynamic" if dynamic else "rolling", stream=stream, sse=sse or tgi_compat,
+        tgi_compat=tgi_compat, details=details,
+        prefill=details and bool(p.decoder_input_details),
+        top_n_tokens=top_n if details else 0, multi=multi,
+        full_text=bool(p.return_full_text), prompts=tuple(prompts), n=sampling.n)
     for name, key in EXTRA.items():
         if (value := getattr(p, name)) is not None:
             req.extra[key] = value
     req.sampling.keep_stop = bool(p.include_stop_str_in_output)
-    return req
+    return req, st
 
 
 def _known(params: Any) -> None:

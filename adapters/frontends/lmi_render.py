@@ -210,6 +210,15 @@ def error_status(exc: errors.GatewayError) -> int:
     return exc.status
 
 
+class SchemaNote(base.Note):
+    """The schema of a body refused while parsing, when known before its validation (a list of
+    `inputs`: the dynamic-batch schema), chained as the refusal's cause for render_error."""
+
+    def __init__(self, state: LmiState):
+        super().__init__(state.schema)
+        self.state = state
+
+
 def render_error(exc: errors.GatewayError, st: LmiState | None) -> base.Rendered:
     """The error body of the request's schema (`st`, None when the body never parsed).
 

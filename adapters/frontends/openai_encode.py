@@ -28,11 +28,10 @@ FINISH = {
 }
 
 
-# Marks a request from Elasticsearch's inference `openai` service (InferenceRequest.client_state).
-ELASTICSEARCH = "elasticsearch"
-# That service's HTTP client (x-pack inference external/http/HttpClient.java) is an Apache
-# HttpAsyncClient built with no user agent, so it sends the library's default one
-# (HttpAsyncClientBuilder.build: VersionInfo.getUserAgent("Apache-HttpAsyncClient", ...)).
+# Elasticsearch's inference `openai` service: its HTTP client (x-pack inference
+# external/http/HttpClient.java) is an Apache HttpAsyncClient built with no user agent, so it
+# sends the library's default one (HttpAsyncClientBuilder.build:
+# VersionInfo.getUserAgent("Apache-HttpAsyncClient", ...)).
 ELASTICSEARCH_USER_AGENT = "Apache-HttpAsyncClient/"
 
 
@@ -78,7 +77,7 @@ class _Chunks:
     headers: Mapping[str, str] = MappingProxyType({})
 
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta, obj: str,
-                 id_prefix: str):
+                 id_prefix: str, null_usage: bool = True):
         head = b"".join((
             b'{"id":', orjson.dumps(id_prefix + meta.id), b',"object":"', obj.encode(), b'","created":',
             str(meta.created).encode(), b',"model":', orjson.dumps(meta.model), b',"choices":[',
@@ -89,7 +88,7 @@ class _Chunks:
         # for Elasticsearch: 8.18 / 9.0 declare `usage` with declareObject, which refuses a JSON
         # null (OpenAiUnifiedStreamingProcessor); a missing key means the same to the OpenAI
         # SDK (ChatCompletionChunk.usage is Optional).
-        null_usage = req.include_usage and req.client_state != ELASTICSEARCH
+        null_usage = req.include_usage and null_usage
         self._suffix = (b'],"usage":null}' if null_usage else b"]}") + b"\n\n"
         self._include_usage = req.include_usage
         self._usage: ev.Usage | None = None
@@ -116,8 +115,10 @@ class _Chunks:
 class ChatStreamEncoder(_Chunks):
     """chat.completion.chunk events: a role chunk per choice, deltas, a finish chunk."""
 
-    def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta):
-        super().__init__(req, meta, "chat.completion.chunk", CHAT_ID)
+    def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta,
+                 elasticsearch: bool = False):
+        super().__init__(req, meta, "chat.completion.chunk", CHAT_ID,
+                         null_usage=not elasticsearch)
         self._started: set[int] = set()
         self._logprobs = req.logprobs
         self._token_ids = req.token_ids

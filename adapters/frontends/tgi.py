@@ -8,7 +8,8 @@ worker's completion endpoint (TGI applies no chat template there). Sources: TGI 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
 import orjson
 
@@ -36,26 +37,38 @@ TGI_VERSION = "3.3.7"
 SYSTEM_FINGERPRINT = f"{TGI_VERSION}-native"
 
 
+@dataclass(slots=True)
+class TgiTranslator:
+    """One TGI generate request: the canonical request and what its answer must show."""
+
+    request: canonical.InferenceRequest
+    state: enc.TgiState
+    in_stream: bool = False  # /generate_stream: every error is an event after HTTP 200
+
+    def encoder(self, meta: base.ResponseMeta) -> base.StreamEncoder:
+        return enc.StreamEncoder(self.state, enc.special_ids(meta))
+
+    def render(self, done: canonical.Completion, meta: base.ResponseMeta) -> base.Rendered:
+        return enc.render(self.state, done, enc.special_ids(meta))
+
+    def render_error(self, exc: errors.GatewayError) -> base.Rendered:
+        return enc.render_error(exc, in_stream=self.in_stream)
+
+
 class TgiFrontend:
     """One TGI generate route; `mode` says which, so that errors take that route's form."""
 
     def __init__(self, mode: Mode = "generate"):
-        self.mode = mode
+        self.mode: Final[Mode] = mode
 
-    def parse(self, body: bytes, ctx: base.RequestContext) -> canonical.InferenceRequest:
+    def parse(self, body: bytes, ctx: base.RequestContext) -> TgiTranslator:
         if self.mode == "compat":
             compat = tgi_extract.extract(body, ctx.headers, wire.CompatGenerateRequest)
-            return to_canonical(compat, bool(compat.stream), True)
-        raw = tgi_extract.extract(body, ctx.headers, wire.GenerateRequest)
-        return to_canonical(raw, self.mode == "stream", False)
-
-    def encoder(self, req: canonical.InferenceRequest,
-                meta: base.ResponseMeta) -> base.StreamEncoder:
-        return enc.StreamEncoder(req, enc.special_ids(meta))
-
-    def render(self, req: canonical.InferenceRequest, done: canonical.Completion,
-               meta: base.ResponseMeta) -> base.Rendered:
-        return enc.render(req, done, enc.special_ids(meta))
+            req, st = to_canonical(compat, bool(compat.stream), True)
+        else:
+            raw = tgi_extract.extract(body, ctx.headers, wire.GenerateRequest)
+            req, st = to_canonical(raw, self.mode == "stream", False)
+        return TgiTranslator(req, st, in_stream=self.mode == "stream")
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
         """/generate_stream answers every error after HTTP 200 as an event (server.rs). POST /
@@ -65,9 +78,30 @@ class TgiFrontend:
         return enc.render_error(exc, in_stream=self.mode == "stream")
 
 
+class TgiGenerateFrontend(TgiFrontend):
+    """POST /generate."""
+
+    def __init__(self) -> None:
+        super().__init__("generate")
+
+
+class TgiStreamFrontend(TgiFrontend):
+    """POST /generate_stream."""
+
+    def __init__(self) -> None:
+        super().__init__("stream")
+
+
+class TgiCompatFrontend(TgiFrontend):
+    """POST / (compat_generate: the body's `stream` flag picks the answer)."""
+
+    def __init__(self) -> None:
+        super().__init__("compat")
+
+
 def to_canonical(raw: wire.GenerateRequest, stream: bool,
-                 compat: bool) -> canonical.InferenceRequest:
-    """A checked TGI request in canonical form; its rendering notes go to `client_state`."""
+                 compat: bool) -> tuple[canonical.InferenceRequest, enc.TgiState]:
+    """A checked TGI request in canonical form, and what its answer must show."""
     absent = raw.parameters is None
     p = raw.parameters or wire.GenerateParameters()
     best_of = p.best_of if p.best_of is not None else 1
@@ -92,16 +126,16 @@ def to_canonical(raw: wire.GenerateRequest, stream: bool,
         prompts=[raw.inputs], sampling=sampling, stream=stream,
         logprobs=best_of > 1 or bool(p.top_n_tokens), top_logprobs=p.top_n_tokens or 0,
         per_token=stream or details or best_of > 1,
-        prompt_logprobs=1 if p.decoder_input_details else None,
-        client_state=enc.TgiState(
-            details=details, prefill=bool(p.decoder_input_details),
-            top_n_tokens=p.top_n_tokens or 0,
-            best_of=best_of, seed=p.seed if _sampling_on(p, do_sample) else None,
-            # compat_generate: return_full_text defaults to true for a `text-generation`
-            # pipeline tag, which /info reports (server.rs, `compat_return_full_text`).
-            prefix=raw.inputs if full_text else "", wrap=compat and not stream))
+        prompt_logprobs=1 if p.decoder_input_details else None)
+    st = enc.TgiState(
+        details=details, prefill=bool(p.decoder_input_details),
+        top_n_tokens=p.top_n_tokens or 0,
+        best_of=best_of, seed=p.seed if _sampling_on(p, do_sample) else None,
+        # compat_generate: return_full_text defaults to true for a `text-generation`
+        # pipeline tag, which /info reports (server.rs, `compat_return_full_text`).
+        prefix=raw.inputs if full_text else "", wrap=compat and not stream)
     _extras(req, p)
-    return req
+    return req, st
 
 
 def _invalid(message: str, field: str) -> errors.InvalidRequest:

@@ -1,5 +1,5 @@
-"""TGI's Messages API on /v1/chat/completions: the OpenAI front end, with TGI's differences
-where TGI clients see them.
+"""TGI's Messages API on /v1/chat/completions: how the OpenAI chat front end reads and answers
+TGI's clients.
 
 TGI serves one model whatever a client calls it, so its clients name none or a placeholder:
 "tgi" (text_generation's Client.chat) or "dummy" (huggingface_hub's InferenceClient with a
@@ -9,28 +9,28 @@ chat shape (lib.rs ChatCompletion / ChatCompletionChunk / CompletionType, chat.r
 create_event_from_stream_token, server.rs chat_completions @ db931fcf): `object` first, an empty
 `id`, a string `system_fingerprint` (text_generation's ChatComplete and ChatCompletionChunk
 require one), `role` in every delta, `usage: null` on every chunk, finish reasons `stop`,
-`stop_sequence` and `length`. Requests naming a real model are plain OpenAI.
+`stop_sequence` and `length`. Requests naming a real model are plain OpenAI (openai.py decides,
+with `placeholder`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, assert_never
 
 import orjson
 
-from adapters import base, framing, validation
-from adapters.frontends import openai, openai_encode, tgi, tgi_encode
+from adapters import base, framing
+from adapters.frontends import openai_encode, openai_parse, tgi, tgi_encode
 from schemas import canonical, errors
 from schemas import events as ev
 
-# The names TGI's clients send; the same as registry.DEFAULT_MODEL_PLACEHOLDERS (the registry
-# imports this module, so it cannot be imported here; a unit test keeps the two equal).
-PLACEHOLDERS = ("tgi", "dummy")
-
-# Marks a request answered in TGI's shape (InferenceRequest.client_state).
-TGI_CHAT = "tgi-chat"
+# The model names TGI's clients send for "the one model" (SPEC.md, TGI front end). Here is the
+# one place they (and a missing name) are resolved: to the default model, answered in TGI's
+# shape; the router knows real names and aliases only.
+PLACEHOLDERS = frozenset({"tgi", "dummy"})
 
 # FinishReason.format(true) (lib.rs): only eos_token becomes "stop"; TGI reports a tool call
 # as the end of sequence it is.
@@ -42,30 +42,35 @@ FINISH: dict[str, str] = {
 _FINGERPRINT = orjson.dumps(tgi.SYSTEM_FINGERPRINT)
 
 
-class TgiMessagesFrontend(openai.OpenAIChatFrontend):
-    """POST /v1/chat/completions for OpenAI and TGI clients alike."""
+def placeholder(model: Any) -> bool:
+    """Whether a chat request's `model` stands for the default model, the TGI client's way:
+    none, "tgi" (text_generation's Client.chat) or "dummy" (huggingface_hub's InferenceClient)."""
+    return model is None or (isinstance(model, str) and model in PLACEHOLDERS)
 
-    def parse(self, body: bytes, ctx: base.RequestContext) -> canonical.InferenceRequest:
-        data = validation.load_object(body)
-        model = data.get("model")
-        if model is not None and model not in PLACEHOLDERS:
-            return super().parse(body, ctx)
-        req = super().parse(orjson.dumps(as_openai(data)), ctx)
-        req.model = None  # the default model, which answers under its own name
-        req.client_state = TGI_CHAT
-        return req
 
-    def encoder(self, req: canonical.InferenceRequest,
-                meta: base.ResponseMeta) -> base.StreamEncoder:
-        if req.client_state == TGI_CHAT:
-            return ChatStreamEncoder(req, meta)
-        return super().encoder(req, meta)
+def chat_request(data: dict[str, Any]) -> canonical.InferenceRequest:
+    """A TGI client's chat body (a decoded JSON object) in canonical form, for the default
+    model, which answers under its own name."""
+    req = openai_parse.chat_request(as_openai(data))
+    req.model = None
+    return req
 
-    def render(self, req: canonical.InferenceRequest, done: canonical.Completion,
-               meta: base.ResponseMeta) -> base.Rendered:
-        if req.client_state == TGI_CHAT:
-            return base.Rendered(200, orjson.dumps(chat_body(req, done, meta)))
-        return super().render(req, done, meta)
+
+@dataclass(slots=True)
+class ChatTranslator:
+    """One chat completion of a TGI client, answered in TGI's chat shape; errors take OpenAI's
+    error object, as on every /v1/chat/completions request."""
+
+    request: canonical.InferenceRequest
+
+    def encoder(self, meta: base.ResponseMeta) -> base.StreamEncoder:
+        return ChatStreamEncoder(self.request, meta)
+
+    def render(self, done: canonical.Completion, meta: base.ResponseMeta) -> base.Rendered:
+        return base.Rendered(200, orjson.dumps(chat_body(self.request, done, meta)))
+
+    def render_error(self, exc: errors.GatewayError) -> base.Rendered:
+        return openai_encode.render_error(exc)
 
 
 def as_openai(data: dict[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,7 @@ _F32_MIN_NORMAL = 2.0**-126
 
 @dataclass(slots=True)
 class TgiState:
-    """What a TGI request asked to be rendered; kept in `InferenceRequest.client_state`."""
+    """What a TGI request asked to be rendered; kept by its translator (tgi.TgiTranslator)."""
 
     details: bool = False  # `details` or `decoder_input_details` (server.rs generate_internal)
     prefill: bool = False  # `decoder_input_details`: details.prefill is filled
@@ -144,8 +144,8 @@ class StreamEncoder:
     # server.rs generate_stream_internal: X-Accel-Buffering: no (cache-control comes from axum).
     headers: Mapping[str, str] = MappingProxyType({"x-accel-buffering": "no"})
 
-    def __init__(self, req: canonical.InferenceRequest, special: frozenset[int] = _NONE):
-        self._st: TgiState = req.client_state
+    def __init__(self, st: TgiState, special: frozenset[int] = _NONE):
+        self._st = st
         self._special = special
         self._index = 0
         self._held: bytes | None = None  # the newest token's event, without its tail
@@ -312,9 +312,8 @@ def generate_body(st: TgiState, done: canonical.Completion, best: canonical.Choi
     return out
 
 
-def render(req: canonical.InferenceRequest, done: canonical.Completion,
+def render(st: TgiState, done: canonical.Completion,
            special: frozenset[int] = _NONE) -> base.Rendered:
-    st: TgiState = req.client_state
     best, others = pick_best(done.choices) if st.best_of > 1 else (done.choices[0], [])
     body = generate_body(st, done, best, others, special)
     headers = {}

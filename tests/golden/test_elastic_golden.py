@@ -81,10 +81,15 @@ def render_case(case: Path, update: bool) -> bytes:
     framing = "server" if case.name.endswith("_server") else "documented"
     fe = route_of(path)[0]
     try:
-        req = fe.parse((case / "request.json").read_bytes(), context(path, headers, framing))
-        vllm.VllmBackend().check(req)
+        t = fe.parse((case / "request.json").read_bytes(), context(path, headers, framing))
     except errors.GatewayError as exc:
         r = fe.render_error(exc)
+        return head(r.status, r.media_type, r.headers) + r.body
+    req = t.request
+    try:
+        vllm.VllmBackend().check(req)
+    except errors.GatewayError as exc:
+        r = t.render_error(exc)
         return head(r.status, r.media_type, r.headers) + r.body
     up = vllm.VllmBackend().build(req, TARGET)
     pretty = orjson.dumps(orjson.loads(up.body), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
@@ -92,16 +97,16 @@ def render_case(case: Path, update: bool) -> bytes:
                        update)
     events, failure = runner.load_events(case / "events.jsonl")
     if failure is not None and not events:
-        r = fe.render_error(failure)
+        r = t.render_error(failure)
         return head(r.status, r.media_type, r.headers) + r.body
     meta = base.ResponseMeta("golden", 1700000000, req.model or "demo", "rid", options(framing))
     if req.stream:
-        enc = fe.encoder(req, meta)
+        enc = t.encoder(meta)
         out = b"".join(enc.encode(e) for e in events)
         out += enc.fail(failure) if failure else enc.finish()
         return head(200, enc.media_type, {"cache-control": "no-cache", **enc.headers}) + out
     done = canonical.Completion.fold(events, req.choice_count)
-    r = fe.render(req, done, meta)
+    r = t.render(done, meta)
     return head(r.status, r.media_type, r.headers) + r.body + b"\n"
 
 

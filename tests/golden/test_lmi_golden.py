@@ -62,19 +62,21 @@ def render_case(case: Path) -> bytes:
     """The exact answer for a case, as serving.py drives the frontend."""
     fe = lmi.LmiFrontend()
     try:
-        req = fe.parse((case / "request.json").read_bytes(), context(case))
-        batches, failure = read_batches(case)
-        if failure is not None and (not req.stream or not batches):
-            raise failure  # before the first byte: the whole error response
+        t = fe.parse((case / "request.json").read_bytes(), context(case))
     except errors.GatewayError as exc:
         r = fe.render_error(exc)
+        return head(r.status, r.media_type) + r.body + b"\n"
+    req = t.request
+    batches, failure = read_batches(case)
+    if failure is not None and (not req.stream or not batches):
+        r = t.render_error(failure)  # before the first byte: the whole error response
         return head(r.status, r.media_type) + r.body + b"\n"
     meta = base.ResponseMeta(META.id, META.created, req.model or META.model)
     if not req.stream:
         done = canonical.Completion.fold([e for b in batches for e in b], req.choice_count)
-        r = fe.render(req, done, meta)
+        r = t.render(done, meta)
         return head(r.status, r.media_type) + r.body + b"\n"
-    enc = fe.encoder(req, meta)
+    enc = t.encoder(meta)
     out = b"".join(b"".join(enc.encode(e) for e in b) + enc.flush() for b in batches)
     out += enc.fail(failure) if failure is not None else enc.finish()
     return head(200, enc.media_type) + out
@@ -92,7 +94,7 @@ def test_lmi_upstream_request(case: Path, update_goldens: bool) -> None:
     """What the vLLM worker is sent: LMI's names and defaults translated (max_new_tokens ->
     max_tokens with 30 by default, stop_sequences -> stop, greedy -> temperature 0, details ->
     return_token_ids and logprobs, decoder_input_details -> prompt_logprobs)."""
-    req = lmi.LmiFrontend().parse((case / "request.json").read_bytes(), context(case))
+    req = lmi.LmiFrontend().parse((case / "request.json").read_bytes(), context(case)).request
     up = vllm.VllmBackend().build(req, TARGET)
     pretty = orjson.dumps(orjson.loads(up.body), option=orjson.OPT_INDENT_2)
     runner.check_bytes(case / "upstream.txt", f"{up.method} {up.url}\n".encode() + pretty + b"\n",

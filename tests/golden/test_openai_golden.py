@@ -31,15 +31,16 @@ def render_case(case: Path) -> bytes:
     """The exact answer bytes for a case, headed by its status and media type."""
     body = case.joinpath("request.json").read_bytes()
     fe = _frontend(body)
-    req = fe.parse(body, base.RequestContext())
+    t = fe.parse(body, base.RequestContext())
+    req = t.request
     events, failure = runner.load_events(case / "events.jsonl")
     if req.stream:
-        enc = fe.encoder(req, META)
+        enc = t.encoder(META)
         out = b"".join(enc.encode(e) for e in events)
         out += enc.fail(failure) if failure else enc.finish()
         return b"status: 200\ncontent-type: " + enc.media_type.encode() + b"\n\n" + out
     done = canonical.Completion.fold(events, req.choice_count)
-    r = fe.render(req, done, META)
+    r = t.render(done, META)
     return f"status: {r.status}\ncontent-type: {r.media_type}\n\n".encode() + r.body + b"\n"
 
 

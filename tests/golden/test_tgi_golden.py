@@ -25,7 +25,7 @@ import pytest
 
 from adapters import base
 from adapters.backends import vllm
-from adapters.frontends import tgi, tgi_chat
+from adapters.frontends import openai, tgi
 from schemas import canonical, errors
 from schemas import events as ev
 from schemas import tgi as wire
@@ -43,7 +43,7 @@ MODES: dict[str, tgi.Mode] = {"generate": "generate", "stream": "stream", "compa
 def frontend(case: Path) -> base.Frontend:
     route = case.name.split("_", 1)[0]
     if route == "chat":
-        return tgi_chat.TgiMessagesFrontend()
+        return openai.OpenAIChatFrontend()
     return tgi.TgiFrontend(MODES[route])
 
 
@@ -66,10 +66,15 @@ def render_case(case: Path, update: bool) -> bytes:
     the folded whole; an error before the first byte is the frontend's render_error."""
     fe = frontend(case)
     try:
-        req = fe.parse((case / "request.json").read_bytes(), base.RequestContext())
-        vllm.VllmBackend().check(req)
+        t = fe.parse((case / "request.json").read_bytes(), base.RequestContext())
     except errors.GatewayError as exc:
         r = fe.render_error(exc)
+        return head(r.status, r.media_type, r.headers) + r.body
+    req = t.request
+    try:
+        vllm.VllmBackend().check(req)
+    except errors.GatewayError as exc:
+        r = t.render_error(exc)
         return head(r.status, r.media_type, r.headers) + r.body
     up = vllm.VllmBackend().build(req, TARGET)
     pretty = orjson.dumps(orjson.loads(up.body), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
@@ -78,12 +83,12 @@ def render_case(case: Path, update: bool) -> bytes:
     events, failure = events_of(case, req)
     meta = base.ResponseMeta(META.id, META.created, req.model or META.model, META.request_id)
     if req.stream:
-        enc = fe.encoder(req, meta)
+        enc = t.encoder(meta)
         out = b"".join(enc.encode(e) for e in events)
         out += enc.fail(failure) if failure else enc.finish()
         return head(200, enc.media_type, enc.headers) + out
     done = canonical.Completion.fold(events, req.choice_count)
-    r = fe.render(req, done, meta)
+    r = t.render(done, meta)
     return head(r.status, r.media_type, r.headers) + r.body + b"\n"
 
 

@@ -74,7 +74,8 @@ def run(case: Path, v: tokens.Vocab, update: bool) -> bytes:
     opts = options(spec, v)
     fe = frontend(spec["path"])
     ctx = base.RequestContext(spec["path"], {}, {}, lambda _: opts)
-    req = fe.parse(orjson.dumps(spec["body"]), ctx)
+    t = fe.parse(orjson.dumps(spec["body"]), ctx)
+    req = t.request
     backend = registry.backend(spec["kind"])
     backend.check(req)
     up = backend.build(req, base.Target("http://worker:8000", "ensemble" if spec["kind"] ==
@@ -90,8 +91,8 @@ def run(case: Path, v: tokens.Vocab, update: bool) -> bytes:
     events = dec.feed((case / "worker.txt").read_bytes()) + dec.close()
     meta = base.ResponseMeta(META_ID, CREATED, "m", "", opts)
     if not req.stream:
-        return fe.render(req, canonical.Completion.fold(events, req.choice_count), meta).body
-    enc = fe.encoder(req, meta)
+        return t.render(canonical.Completion.fold(events, req.choice_count), meta).body
+    enc = t.encoder(meta)
     return b"".join(enc.encode(e) for e in events) + enc.flush() + enc.finish()
 
 
@@ -144,7 +145,7 @@ def test_any_chunking_gives_the_same_tokens(cuts: list[int], vocabulary: tokens.
     """The held-back piece makes token ids independent of where the worker's reads fall."""
     case = runner.ROOT / "token_streams" / "tgi_stream_openai_tokenizer"
     spec = orjson.loads((case / "request.json").read_bytes())
-    req = frontend(spec["path"]).parse(orjson.dumps(spec["body"]), base.RequestContext())
+    req = frontend(spec["path"]).parse(orjson.dumps(spec["body"]), base.RequestContext()).request
     body = (case / "worker.txt").read_bytes()
     points = sorted({min(c, len(body)) for c in cuts})
 

@@ -29,7 +29,7 @@ def parse(case: Path) -> canonical.InferenceRequest:
     body = (case / "request.json").read_bytes()
     fe = frontend.OpenAIChatFrontend() if b'"messages"' in body else \
         frontend.OpenAICompletionsFrontend()
-    return fe.parse(body, base.RequestContext())
+    return fe.parse(body, base.RequestContext()).request
 
 
 CASES = [c for kind in ("vllm", "trtllm") for c in runner.cases(kind)]

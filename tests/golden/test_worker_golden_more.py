@@ -45,10 +45,10 @@ def parse(case: Path) -> canonical.InferenceRequest:
     ctx = base.RequestContext()
     if case.name.startswith(("generate_", "stream_")):
         mode: tgi_frontend.Mode = "stream" if case.name.startswith("stream_") else "generate"
-        return tgi_frontend.TgiFrontend(mode).parse(body, ctx)
+        return tgi_frontend.TgiFrontend(mode).parse(body, ctx).request
     if b'"messages"' in body:
-        return openai_frontend.OpenAIChatFrontend().parse(body, ctx)
-    return openai_frontend.OpenAICompletionsFrontend().parse(body, ctx)
+        return openai_frontend.OpenAIChatFrontend().parse(body, ctx).request
+    return openai_frontend.OpenAICompletionsFrontend().parse(body, ctx).request
 
 
 def _refusal(exc: errors.GatewayError) -> bytes:

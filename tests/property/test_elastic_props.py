@@ -102,7 +102,7 @@ messages = st.lists(st.fixed_dictionaries(
 
 def parse_any(fe: base.Frontend, body: Any) -> None:
     try:
-        req = fe.parse(json.dumps(body).encode(), ctx())
+        req = fe.parse(json.dumps(body).encode(), ctx()).request
     except errors.GatewayError as exc:
         assert 400 <= exc.status < 500 and exc.message
         return

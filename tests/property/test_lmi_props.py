@@ -90,8 +90,9 @@ def test_valid_bodies_keep_every_parameter(p: dict[str, Any], stream: bool) -> N
     if stream:
         for name in ("n", "num_beams", "decoder_input_details"):
             p.pop(name, None)
-    req = lmi.LmiFrontend().parse(orjson.dumps({"inputs": "x", "parameters": p,
-                                                "stream": stream}), CTX)
+    t = lmi.LmiFrontend().parse(orjson.dumps({"inputs": "x", "parameters": p,
+                                              "stream": stream}), CTX)
+    req = t.request
     sent = orjson.loads(vllm.VllmBackend().build(req, base.Target("http://w", "m")).body)
     for name, value in p.items():
         if name in PARAMS:
@@ -111,7 +112,7 @@ def test_valid_bodies_keep_every_parameter(p: dict[str, Any], stream: bool) -> N
         assert sent["return_token_ids"] is True and "logprobs" in sent
     if p.get("decoder_input_details"):
         assert sent["prompt_logprobs"] == 1
-    assert req.client_state.full_text == bool(p.get("return_full_text"))
+    assert t.state.full_text == bool(p.get("return_full_text"))
 
 
 @settings(max_examples=300)
@@ -124,7 +125,7 @@ def test_valid_bodies_keep_every_parameter(p: dict[str, Any], stream: bool) -> N
 def test_arbitrary_json_is_a_request_or_a_4xx(value: Any) -> None:
     fe = lmi.LmiFrontend()
     try:
-        req = fe.parse(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS), CTX)
+        req = fe.parse(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS), CTX).request
     except errors.RequestError as exc:
         r = fe.render_error(exc)
         assert 400 <= r.status < 500
@@ -154,8 +155,7 @@ def _stream(body: dict[str, Any], deltas: list[ev.TextDelta], cuts: list[bool],
             finish_alone: bool) -> tuple[bytes, bool]:
     """The stream's bytes, with an upstream read ending after delta i where cuts[i]; and
     whether the Finish came in a read of its own (then DJL's stand-in token ends it)."""
-    req = lmi.LmiFrontend().parse(orjson.dumps(body), CTX)
-    enc = lmi.LmiFrontend().encoder(req, META)
+    enc = lmi.LmiFrontend().parse(orjson.dumps(body), CTX).encoder(META)
     cuts = (cuts + [False] * len(deltas))[:len(deltas)]
     cuts[-1] = cuts[-1] or finish_alone
     out = b"".join(enc.encode(d) + (enc.flush() if cut else b"") for d, cut in zip(deltas, cuts))
@@ -206,7 +206,7 @@ chat_params = st.fixed_dictionaries({"messages": st.just([{"role": "user", "cont
 @given(chat_params)
 def test_valid_chat_bodies_keep_every_parameter(body: dict[str, Any]) -> None:
     """Seed 000's request fields reach the worker under their OpenAI names."""
-    req = lmi.LmiFrontend().parse(orjson.dumps({**body, "model": "gpt2"}), CTX)
+    req = lmi.LmiFrontend().parse(orjson.dumps({**body, "model": "gpt2"}), CTX).request
     sent = orjson.loads(vllm.VllmBackend().build(req, base.Target("http://w", "m")).body)
     assert sent["messages"] == body["messages"] and sent["model"] == "m"
     for name in ("max_tokens", "temperature", "top_p", "seed", "presence_penalty",

@@ -98,12 +98,12 @@ def _without_usage_flag(req: canonical.InferenceRequest) -> canonical.InferenceR
 
 
 def _round_trip(fe: Any, body: dict[str, Any]) -> None:
-    req = fe.parse(orjson.dumps(body), CTX)
+    req = fe.parse(orjson.dumps(body), CTX).request
     backend = vllm.VllmBackend()
     backend.check(req)
     target = base.Target("http://w", req.model if req.model is not None else "m")
     up = backend.build(req, target)
-    again = fe.parse(up.body, CTX)
+    again = fe.parse(up.body, CTX).request
     if req.model is None:
         again.model = None
     assert _without_usage_flag(again) == _without_usage_flag(req)
@@ -135,7 +135,7 @@ near_valid = chat_request.flatmap(lambda d: st.dictionaries(
 def test_arbitrary_json_gives_a_request_or_invalid_request(body: Any) -> None:
     for fe in (frontend.OpenAIChatFrontend(), frontend.OpenAICompletionsFrontend()):
         try:
-            req = fe.parse(json.dumps(body).encode(), CTX)
+            req = fe.parse(json.dumps(body).encode(), CTX).request
         except errors.InvalidRequest:
             continue
         assert isinstance(req, canonical.InferenceRequest)
@@ -145,9 +145,10 @@ def test_arbitrary_json_gives_a_request_or_invalid_request(body: Any) -> None:
 # ---- encoder -> decoder, any chunking ----
 
 META = base.ResponseMeta("x", 1, "m")
-STREAM_REQ = frontend.OpenAIChatFrontend().parse(
-    b'{"messages":[{"role":"user","content":"q"}],"stream":true,"logprobs":true,'
+STREAM = frontend.OpenAIChatFrontend().parse(
+    b'{"model":"m","messages":[{"role":"user","content":"q"}],"stream":true,"logprobs":true,'
     b'"top_logprobs":1,"n":2,"stream_options":{"include_usage":true}}', CTX)
+STREAM_REQ = STREAM.request
 
 token = st.builds(lambda t, lp: ev.TokenLogprob(t, lp, list(t.encode()), None,
                                                [ev.TopLogprob(t + "x", lp - 1,
@@ -180,7 +181,7 @@ def test_openai_encoder_bytes_decode_to_the_same_events_for_any_chunking(
         per_choice: list[list[tuple[str, str, Any]]], reasons: list[ev.FinishReason],
         cuts: list[int]) -> None:
     events = _script(per_choice, reasons)
-    enc = frontend.OpenAIChatFrontend().encoder(STREAM_REQ, META)
+    enc = STREAM.encoder(META)
     wire = b"".join(enc.encode(e) for e in events) + enc.finish()
     dec = vllm.VllmBackend().decoder(STREAM_REQ, streaming=True)
     points = sorted({min(c, len(wire)) for c in cuts} | {0, len(wire)})

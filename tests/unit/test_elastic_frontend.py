@@ -30,8 +30,12 @@ def ctx(name: str = "demo", framing: str = "documented",
                                headers or {"content-type": "application/json"}, options)
 
 
-def chat(body: dict[str, Any], **kw: Any) -> canonical.InferenceRequest:
+def chat_translator(body: dict[str, Any], **kw: Any) -> elastic.ChatTranslator:
     return elastic.ElasticChatFrontend().parse(orjson.dumps(body), ctx(**kw))
+
+
+def chat(body: dict[str, Any], **kw: Any) -> canonical.InferenceRequest:
+    return chat_translator(body, **kw).request
 
 
 def refused(body: Any, fe: base.Frontend | None = None, **kw: Any) -> errors.GatewayError:
@@ -50,9 +54,10 @@ def test_the_path_id_picks_the_model_and_a_body_model_is_not_used() -> None:
 
 
 def test_every_chat_answer_streams_with_usage() -> None:
-    req = chat({"messages": MSGS})
-    assert req.stream and req.include_usage
-    assert req.client_state == enc.ElasticState("documented")
+    t = chat_translator({"messages": MSGS})
+    assert t.request.stream and t.request.include_usage
+    assert t.state.framing == "documented"
+    assert chat_translator({"messages": MSGS}, framing="server").state.framing == "server"
 
 
 def test_seed_fields_map_to_canonical() -> None:
@@ -156,24 +161,33 @@ def test_bad_json_is_a_parse_error_in_the_stream() -> None:
     assert enc.es_type(exc) == "x_content_parse_exception" and not enc.rest_layer(exc)
 
 
-def test_framing_is_noted_for_errors_before_the_stream() -> None:
-    """render_error has no request: the frontend notes the gateway's framing at each parse."""
+def test_a_refusal_carries_its_requests_framing() -> None:
+    """render_error sees only the exception: parse chains the request's framing to each
+    refusal (enc.EsNote), and the frontend, shared by every request, keeps none of it."""
     fe = elastic.ElasticChatFrontend()
-    with pytest.raises(errors.InvalidRequest) as info:
-        fe.parse(orjson.dumps({"messages": []}), ctx(framing="server"))
-    assert fe.framing == "server"
-    assert fe.render_error(info.value).body.startswith(enc.BOM + b"event: error\ndata: ")
-    fe.parse(orjson.dumps({"messages": MSGS}), ctx())
-    assert fe.render_error(info.value).body.startswith(b"event: error\ndata: ")
+    server = refused({"messages": []}, fe, framing="server")
+    unknown = refused({"messages": MSGS}, fe, framing="server", name="nope")  # default's options
+    documented = refused({"messages": []}, fe)
+    assert fe.framing == "documented"
+    for exc in (server, unknown):
+        assert fe.render_error(exc).body.startswith(enc.BOM + b"event: error\ndata: ")
+    assert fe.render_error(documented).body.startswith(b"event: error\ndata: ")
+    assert enc.es_type(unknown) == "resource_not_found_exception"
+    assert enc.es_type(server) == "action_request_validation_exception"
 
 
 # ---- the completion task ----
 
 
-def completion(body: dict[str, Any], stream: bool = False,
-               headers: Mapping[str, str] | None = None) -> canonical.InferenceRequest:
+def completion_translator(body: dict[str, Any], stream: bool = False,
+                          headers: Mapping[str, str] | None = None) -> elastic.CompletionTranslator:
     fe = elastic.ElasticCompletionFrontend(stream)
     return fe.parse(orjson.dumps(body), ctx(headers=headers))
+
+
+def completion(body: dict[str, Any], stream: bool = False,
+               headers: Mapping[str, str] | None = None) -> canonical.InferenceRequest:
+    return completion_translator(body, stream, headers).request
 
 
 def test_completion_input_is_one_user_turn() -> None:
@@ -205,11 +219,11 @@ def test_completion_refusals(body: dict[str, Any], message: str) -> None:
 
 def test_completion_answers_in_the_compatible_with_type_asked_for() -> None:
     vnd = "application/vnd.elasticsearch+json; compatible-with=9"
-    req = completion({"input": "x"}, headers={"content-type": vnd, "accept": vnd})
+    t = completion_translator({"input": "x"}, headers={"content-type": vnd, "accept": vnd})
     done = canonical.Completion.fold([])
     done.choices[0].text = "answer"
     meta = base.ResponseMeta("i", 1, "demo")
-    r = elastic.ElasticCompletionFrontend().render(req, done, meta)
+    r = t.render(done, meta)
     assert r.media_type == "application/vnd.elasticsearch+json;compatible-with=9"
     assert orjson.loads(r.body) == {"completion": [{"result": "answer"}]}
     assert r.headers == {"x-elastic-product": "Elasticsearch"}
@@ -219,12 +233,12 @@ def test_a_whole_chat_answer_is_the_chunk_shape_with_message() -> None:
     """Elasticsearch 9.6 (PR #158022) answers a chat completion without `_stream` with
     ChatCompletionChunkResponse's non-streaming form: `message` for `delta`, object
     `chat.completion`, no `created`, null fields left out, tool calls index-first."""
-    req = chat({"messages": MSGS})
+    t = elastic.ElasticChatFrontend(stream=False).parse(orjson.dumps({"messages": MSGS}), ctx())
+    assert not t.request.stream
     meta = base.ResponseMeta("i", 1, "demo")
     events: list[ev.Event] = [ev.TextDelta(0, "Hi"), ev.ToolCallDelta(0, 0, "c", "f", "{}"),
                               ev.Finish(0, "tool_calls"), ev.Usage(2, 3)]
-    r = elastic.ElasticChatFrontend(stream=False).render(
-        req, canonical.Completion.fold(events), meta)
+    r = t.render(canonical.Completion.fold(events), meta)
     assert (r.status, r.media_type) == (200, "application/json")
     assert r.body == (
         b'{"id":"chatcmpl-i","choices":[{"message":{"content":"Hi","role":"assistant",'
@@ -240,6 +254,10 @@ def test_a_whole_chat_error_is_the_unified_error_as_json() -> None:
     r = fe.render_error(errors.ModelNotFound("Inference endpoint not found [x]"))
     assert (r.status, r.media_type) == (404, "application/json")
     assert orjson.loads(r.body)["error"]["code"] == "not_found"
+    t = fe.parse(orjson.dumps({"messages": MSGS}), ctx())
+    after = t.render_error(errors.UpstreamUnavailable("worker down"))
+    assert (after.status, after.media_type) == (503, "application/json")
+    assert orjson.loads(after.body)["error"]["code"] == "service_unavailable"
 
 
 def test_registry_routes() -> None:

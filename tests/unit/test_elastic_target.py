@@ -30,7 +30,7 @@ import pytest
 import respx
 
 from adapters import base
-from adapters.frontends import tgi_chat
+from adapters.frontends import openai as openai_frontend
 from schemas import canonical
 from tests.golden import runner
 from tests.unit import test_pipeline_respx as harness
@@ -320,15 +320,21 @@ def test_openai_chat_whole_goldens_meet_the_non_streaming_parser(case: str) -> N
 # ---- ES's request bodies are accepted as ES means them ----
 
 
-def _parse(body: dict[str, Any]) -> canonical.InferenceRequest:
+def _translator(body: dict[str, Any]) -> base.Translator:
     ctx = base.RequestContext("/v1/chat/completions")
-    return tgi_chat.TgiMessagesFrontend().parse(orjson.dumps(body), ctx)
+    return openai_frontend.OpenAIChatFrontend().parse(orjson.dumps(body), ctx)
+
+
+def _parse(body: dict[str, Any]) -> canonical.InferenceRequest:
+    return _translator(body).request
 
 
 def test_es_openai_bodies_parse() -> None:
-    req = _parse(OPENAI_STREAM)
+    t = _translator(OPENAI_STREAM)
+    req = t.request
     assert (req.model, req.user, req.stream, req.include_usage) == ("demo", "a_user", True, True)
-    assert req.sampling.n == 1 and req.client_state is None  # plain OpenAI answers
+    assert req.sampling.n == 1
+    assert isinstance(t, openai_frontend.ChatTranslator)  # plain OpenAI answers
     req = _parse(ALL_FIELDS)
     assert req.sampling.max_tokens == 12 and req.sampling.stop == ["\n\n"]
     assert req.tool_choice == "get_current_price" and req.tools is not None

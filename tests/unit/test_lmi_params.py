@@ -31,8 +31,12 @@ def ctx(path: str = "/invocations", **lmi_opts: Any) -> base.RequestContext:
     return base.RequestContext(path, params, {}, options)
 
 
-def parse(body: dict[str, Any], c: base.RequestContext | None = None) -> canonical.InferenceRequest:
+def translate(body: dict[str, Any], c: base.RequestContext | None = None) -> lmi.LmiTranslator:
     return lmi.LmiFrontend().parse(orjson.dumps(body), c or ctx())
+
+
+def parse(body: dict[str, Any], c: base.RequestContext | None = None) -> canonical.InferenceRequest:
+    return translate(body, c).request
 
 
 def upstream(body: dict[str, Any], backend: Any = None) -> dict[str, Any]:
@@ -131,18 +135,18 @@ def test_details_request_token_ids_and_logprobs() -> None:
 
 
 def test_tgi_compat_turns_details_on_by_default() -> None:
-    req = parse(inputs(), ctx(tgi_compat=True))
-    assert req.per_token and req.client_state.details and req.client_state.tgi_compat
-    req = parse(inputs(details=False), ctx(tgi_compat=True))
-    assert not req.token_ids and not req.client_state.details
+    t = translate(inputs(), ctx(tgi_compat=True))
+    assert t.request.per_token and t.state.details and t.state.tgi_compat
+    t = translate(inputs(details=False), ctx(tgi_compat=True))
+    assert not t.request.token_ids and not t.state.details
 
 
 @pytest.mark.parametrize(("opts", "stream_sse"), [
     ({}, False), ({"output_formatter": "sse"}, True), ({"tgi_compat": True}, True)])
 def test_framing_follows_output_formatter_and_tgi_compat(opts: dict[str, Any],
                                                           stream_sse: bool) -> None:
-    req = parse({**inputs(), "stream": True}, ctx(**opts))
-    enc = lmi.LmiFrontend().encoder(req, base.ResponseMeta("x", 1, "m"))
+    t = translate({**inputs(), "stream": True}, ctx(**opts))
+    enc = t.encoder(base.ResponseMeta("x", 1, "m"))
     assert enc.media_type == ("text/event-stream" if stream_sse else "application/jsonlines")
 
 
@@ -152,8 +156,7 @@ def test_chat_ignores_tgi_compat_but_follows_output_formatter() -> None:
     meta = base.ResponseMeta("x", 1, "m")
     for opts, media in (({"tgi_compat": True}, "application/jsonlines"),
                         ({"output_formatter": "sse"}, "text/event-stream")):
-        req = parse(chat, ctx(**opts))
-        assert lmi.LmiFrontend().encoder(req, meta).media_type == media
+        assert translate(chat, ctx(**opts)).encoder(meta).media_type == media
 
 
 @pytest.mark.parametrize(("body", "schema"), [
@@ -165,9 +168,9 @@ def test_chat_ignores_tgi_compat_but_follows_output_formatter() -> None:
     ({"messages": [{"role": "user", "content": "Hi"}], "inputs": "x"}, "chat"),  # messages first
 ])
 def test_the_body_picks_the_schema(body: dict[str, Any], schema: str) -> None:
-    req = parse(body)
-    assert req.client_state.schema == schema
-    assert (req.messages is not None) == (schema == "chat")
+    t = translate(body)
+    assert t.state.schema == schema
+    assert (t.request.messages is not None) == (schema == "chat")
 
 
 def test_invocations_serves_the_default_model_whatever_the_body_names() -> None:
@@ -178,8 +181,8 @@ def test_invocations_serves_the_default_model_whatever_the_body_names() -> None:
 
 def test_predictions_names_the_model_and_reads_its_options() -> None:
     c = ctx("/predictions/llama", tgi_compat=True)
-    req = parse(inputs(), c)
-    assert req.model == "llama" and req.client_state.tgi_compat
+    t = translate(inputs(), c)
+    assert t.request.model == "llama" and t.state.tgi_compat
 
 
 def test_list_prompts_and_dynamic_batch() -> None:
@@ -189,8 +192,8 @@ def test_list_prompts_and_dynamic_batch() -> None:
 
 
 def test_return_full_text_is_prepended_here_not_echoed_upstream() -> None:
-    req = parse(inputs(return_full_text=True))
-    assert not req.echo and req.client_state.prefix(0) == "What is Deep Learning?"
+    t = translate(inputs(return_full_text=True))
+    assert not t.request.echo and t.state.prefix(0) == "What is Deep Learning?"
 
 
 @pytest.mark.parametrize(("body", "field"), [
@@ -231,11 +234,11 @@ def test_a_worker_without_token_ids_still_serves_details_and_streams() -> None:
             req = parse(body)
             assert req.per_token and not req.token_ids
             backend.check(req)
-        req = parse(inputs(details=True, decoder_input_details=True))
+        t = translate(inputs(details=True, decoder_input_details=True))
         with pytest.raises(errors.Unsupported) as caught:
-            backend.check(req)
+            backend.check(t.request)
         assert caught.value.field == "prompt_logprobs"
-        assert lmi.LmiFrontend().render_error(caught.value).status == 424
+        assert t.render_error(caught.value).status == 424
     # trtllm-serve takes `logprobs`, so the lines carry its log probs; a plain OpenAI server
     # may not, so it is not asked
     assert upstream(inputs(details=True), trtllm.TrtllmBackend())["logprobs"] == 0

@@ -24,13 +24,14 @@ KINDS = ("openai", "vllm", "trtllm")
 
 def chat(**fields: Any) -> canonical.InferenceRequest:
     body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], **fields}
-    return openai_frontend.OpenAIChatFrontend().parse(orjson.dumps(body), base.RequestContext())
+    return openai_frontend.OpenAIChatFrontend().parse(orjson.dumps(body),
+                                                      base.RequestContext()).request
 
 
 def completion(**fields: Any) -> canonical.InferenceRequest:
     body = {"model": "m", "prompt": "Say", **fields}
     return openai_frontend.OpenAICompletionsFrontend().parse(orjson.dumps(body),
-                                                             base.RequestContext())
+                                                             base.RequestContext()).request
 
 
 def body_of(kind: str, req: canonical.InferenceRequest) -> dict[str, Any]:
@@ -126,7 +127,7 @@ def test_trtllm_refuses_an_undeclared_extra_even_when_null() -> None:
 def test_as_many_tokens_as_fit_and_kept_stops_in_each_workers_terms() -> None:
     """The `Own` rules of `max_tokens_fit` and `keep_stop` (OpenAIBackend.limits)."""
     req = tgi_frontend.TgiFrontend("generate").parse(
-        b'{"inputs":"Hi","parameters":{"stop":["."]}}', base.RequestContext())
+        b'{"inputs":"Hi","parameters":{"stop":["."]}}', base.RequestContext()).request
     assert req.sampling.max_tokens_fit and req.sampling.keep_stop
     vllm_body = body_of("vllm", req)
     assert vllm_body["max_tokens"] is None and vllm_body["include_stop_str_in_output"] is True

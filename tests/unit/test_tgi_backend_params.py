@@ -25,13 +25,14 @@ BACKEND = tgi.TgiBackend()
 
 def chat(**fields: Any) -> canonical.InferenceRequest:
     body = {"model": "llama", "messages": [{"role": "user", "content": "Hi"}], **fields}
-    return openai_frontend.OpenAIChatFrontend().parse(orjson.dumps(body), base.RequestContext())
+    return openai_frontend.OpenAIChatFrontend().parse(orjson.dumps(body),
+                                                      base.RequestContext()).request
 
 
 def completion(**fields: Any) -> canonical.InferenceRequest:
     body = {"model": "llama", "prompt": "Say", **fields}
     return openai_frontend.OpenAICompletionsFrontend().parse(orjson.dumps(body),
-                                                             base.RequestContext())
+                                                             base.RequestContext()).request
 
 
 def built(req: canonical.InferenceRequest) -> tuple[base.UpstreamRequest, dict[str, Any]]:
@@ -157,7 +158,7 @@ def test_chat_refusals_name_the_field(fields: dict[str, Any], field: str) -> Non
 def test_tgi_clients_keep_their_stop_sequence_and_regex_grammar() -> None:
     req = tgi_frontend.TgiFrontend("stream").parse(orjson.dumps({"inputs": "Hi", "parameters": {
         "stop": ["."], "grammar": {"type": "regex", "value": "[0-9]+"}, "details": True}}),
-        base.RequestContext())
+        base.RequestContext()).request
     assert tgi.keeps_stop(req)
     assert parameters(req) == {"do_sample": False, "stop": ["."],
                                "grammar": {"type": "regex", "value": "[0-9]+"}}

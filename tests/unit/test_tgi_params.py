@@ -16,7 +16,8 @@ import pytest
 
 from adapters import base, registry
 from adapters.backends import vllm
-from adapters.frontends import tgi, tgi_chat, tgi_encode
+from adapters.frontends import openai, tgi, tgi_chat, tgi_encode
+from gateway import config, routing
 from schemas import canonical, errors
 
 CTX = base.RequestContext()
@@ -27,7 +28,7 @@ ABSENT = object()
 
 def upstream(body: dict[str, Any], mode: tgi.Mode = "generate") -> dict[str, Any]:
     """The vLLM request body for a TGI request, after the worker's own check."""
-    req = tgi.TgiFrontend(mode).parse(orjson.dumps(body), CTX)
+    req = tgi.TgiFrontend(mode).parse(orjson.dumps(body), CTX).request
     vllm.VllmBackend().check(req)
     up = vllm.VllmBackend().build(req, TARGET)
     assert up.url == "http://worker:8000/v1/completions"  # raw prompt, no chat template
@@ -109,29 +110,28 @@ def test_stream_asks_for_token_ids_logprobs_and_usage() -> None:
 def test_compat_route_streams_by_the_body_flag() -> None:
     assert upstream({"inputs": PROMPT, "stream": True}, "compat")["stream"] is True
     assert upstream({"inputs": PROMPT, "stream": False}, "compat")["stream"] is False
-    req = tgi.TgiFrontend("compat").parse(orjson.dumps({"inputs": PROMPT}), CTX)
-    state = req.client_state
+    state = tgi.TgiFrontend("compat").parse(orjson.dumps({"inputs": PROMPT}), CTX).state
     assert isinstance(state, tgi_encode.TgiState)
     assert state.wrap and state.prefix == PROMPT  # array body; return_full_text by default
 
 
 def test_adapter_id_is_the_model_and_seed_is_reported_only_when_sampling() -> None:
     fe = tgi.TgiFrontend()
-    req = fe.parse(orjson.dumps({"inputs": PROMPT, "parameters": {"adapter_id": "my-lora"}}), CTX)
-    assert req.model == "my-lora"
+    t = fe.parse(orjson.dumps({"inputs": PROMPT, "parameters": {"adapter_id": "my-lora"}}), CTX)
+    assert t.request.model == "my-lora"
     greedy = fe.parse(orjson.dumps({"inputs": PROMPT, "parameters": {"seed": 3}}), CTX)
     sampled = fe.parse(orjson.dumps({"inputs": PROMPT, "parameters": {"seed": 3,
                                                                        "do_sample": True}}), CTX)
-    assert greedy.client_state.seed is None and sampled.client_state.seed == 3
+    assert greedy.state.seed is None and sampled.state.seed == 3
 
 
 @pytest.mark.parametrize("params", [{"typical_p": 0.5}, {"watermark": True}],
                          ids=["typical_p", "watermark"])
 def test_what_vllm_cannot_honour_is_tgis_validation_error(params: dict[str, Any]) -> None:
-    req = tgi.TgiFrontend().parse(orjson.dumps({"inputs": PROMPT, "parameters": params}), CTX)
+    t = tgi.TgiFrontend().parse(orjson.dumps({"inputs": PROMPT, "parameters": params}), CTX)
     with pytest.raises(errors.Unsupported) as exc:
-        vllm.VllmBackend().check(req)
-    r = tgi.TgiFrontend().render_error(exc.value)
+        vllm.VllmBackend().check(t.request)
+    r = t.render_error(exc.value)
     body = orjson.loads(r.body)
     assert r.status == 422 and body["error_type"] == "validation"
     assert body["error"] == f"Input validation error: `{next(iter(params))}` is not supported " \
@@ -206,15 +206,28 @@ def test_malformed_bodies_are_4xx(body: bytes, status: int) -> None:
 # ---- the Messages API (/v1/chat/completions) ----
 
 
+def chat_translator(body: dict[str, Any]) -> base.Translator:
+    return openai.OpenAIChatFrontend().parse(orjson.dumps(body), CTX)
+
+
 def chat(body: dict[str, Any]) -> canonical.InferenceRequest:
-    return tgi_chat.TgiMessagesFrontend().parse(orjson.dumps(body), CTX)
+    return chat_translator(body).request
 
 
 MSGS = [{"role": "user", "content": "Hi", "name": None, "tool_calls": None}]
 
 
-def test_placeholders_are_the_registrys() -> None:
-    assert tgi_chat.PLACEHOLDERS == registry.DEFAULT_MODEL_PLACEHOLDERS
+def test_placeholders_are_resolved_by_the_chat_front_end_alone() -> None:
+    """TGI's placeholder names mean the default model on /v1/chat/completions (SPEC.md, TGI
+    front end); the router resolves real names and aliases only."""
+    cfg = config.Config.model_validate(
+        {"models": [{"name": "demo", "upstreams": ["http://worker:8000"]}]})
+    router = routing.Router(cfg)
+    for name in sorted(tgi_chat.PLACEHOLDERS):
+        assert isinstance(chat_translator({"model": name, "messages": MSGS}),
+                          tgi_chat.ChatTranslator)
+        with pytest.raises(errors.ModelNotFound):
+            router.resolve(name)
 
 
 @pytest.mark.parametrize("model", [None, "tgi", "dummy"])
@@ -222,8 +235,8 @@ def test_tgi_clients_get_the_default_model_in_tgi_shape(model: str | None) -> No
     body: dict[str, Any] = {"messages": MSGS}
     if model is not None:
         body["model"] = model
-    req = chat(body)
-    assert req.model is None and req.client_state == tgi_chat.TGI_CHAT
+    t = chat_translator(body)
+    assert t.request.model is None and isinstance(t, tgi_chat.ChatTranslator)
 
 
 def test_text_generation_chat_request_is_accepted() -> None:
@@ -251,8 +264,8 @@ def test_tgi_chat_request_forms() -> None:
 
 
 def test_named_models_stay_plain_openai() -> None:
-    req = chat({"model": "demo", "messages": MSGS})
-    assert req.model == "demo" and req.client_state is None
+    t = chat_translator({"model": "demo", "messages": MSGS})
+    assert t.request.model == "demo" and isinstance(t, openai.ChatTranslator)
     with pytest.raises(errors.InvalidRequest):
         chat({"model": "demo", "messages": MSGS, "n": None})  # OpenAI's schema as before
 

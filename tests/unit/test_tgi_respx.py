@@ -168,9 +168,9 @@ def test_stream_tokens_wait_only_until_the_end_of_their_upstream_read() -> None:
     from schemas import events as ev
 
     fe = tgi_frontend.TgiFrontend("stream")
-    req = fe.parse(b'{"inputs":"Hi","parameters":{"details":true,"max_new_tokens":2}}',
-                   adapters_base.RequestContext())
-    enc = fe.encoder(req, adapters_base.ResponseMeta("x", 1, "m"))
+    t = fe.parse(b'{"inputs":"Hi","parameters":{"details":true,"max_new_tokens":2}}',
+                 adapters_base.RequestContext())
+    enc = t.encoder(adapters_base.ResponseMeta("x", 1, "m"))
     assert enc.encode(ev.TextDelta(0, " a", [5], None)) == b""
     first = enc.flush()
     assert first.startswith(b'data: {"index":1,"token":{"id":5,"text":" a"')

@@ -25,13 +25,14 @@ BACKEND = triton.TritonBackend()
 
 def chat(**fields: Any) -> canonical.InferenceRequest:
     body = {"model": "llama", "messages": [{"role": "user", "content": "Hi"}], **fields}
-    return openai_frontend.OpenAIChatFrontend().parse(orjson.dumps(body), base.RequestContext())
+    return openai_frontend.OpenAIChatFrontend().parse(orjson.dumps(body),
+                                                      base.RequestContext()).request
 
 
 def completion(**fields: Any) -> canonical.InferenceRequest:
     body = {"model": "llama", "prompt": "Say", **fields}
     return openai_frontend.OpenAICompletionsFrontend().parse(orjson.dumps(body),
-                                                             base.RequestContext())
+                                                             base.RequestContext()).request
 
 
 def sent(req: canonical.InferenceRequest, target: base.Target = TARGET) -> dict[str, Any]:
@@ -73,7 +74,7 @@ def test_max_tokens_is_always_sent(req: canonical.InferenceRequest, limit: int) 
 
 def test_tgi_clients_as_many_as_fit_gets_the_unlimited_default() -> None:
     req = tgi_frontend.TgiFrontend("generate").parse(b'{"inputs": "Hi", "parameters": {}}',
-                                                     base.RequestContext())
+                                                     base.RequestContext()).request
     assert req.sampling.max_tokens_fit and req.sampling.max_tokens is None
     assert sent(req)["max_tokens"] == triton.UNLIMITED_MAX_TOKENS
 
