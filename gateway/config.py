@@ -70,6 +70,8 @@ class ServerConfig(_Frozen):
     timeouts: Timeouts = Timeouts()
     retries: int = Field(2, ge=0, le=10)  # further attempts before the first byte
     drain_seconds: float = Field(30, ge=0)  # SIGTERM: time given to in-flight streams
+    # serving processes on the one port; "auto": one per CPU this process may run on
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
     # OpenTelemetry spans (the `otel` extra): auto = when OTEL_TRACES_EXPORTER or an
     # OTEL_EXPORTER_OTLP_*ENDPOINT variable asks for an exporter (gateway/tracing.py).
     tracing: Literal["auto", "on", "off"] = "auto"
