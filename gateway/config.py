@@ -176,20 +176,20 @@ def reference_problems(raw: Any) -> list[str]:
     return problems
 
 
-def _with_options(base: type[_Frozen], options: Mapping[str, type[BaseModel]],
+def _with_options(name: str, base: type[_Frozen], options: Mapping[str, type[BaseModel]],
                   **fields: Any) -> Any:
-    """`base` with one field per protocol options section, each defaulting to its defaults."""
+    """`base` with one field per protocol options section, each defaulting to its defaults;
+    named as the module attribute it is bound to, so that its instances pickle."""
     sections: dict[str, Any] = {key: (model, model()) for key, model in options.items()}
-    return create_model(base.__name__.replace("Fields", "Config"), __base__=base,
-                        __module__=__name__, **sections, **fields)
+    return create_model(name, __base__=base, __module__=__name__, **sections, **fields)
 
 
 if TYPE_CHECKING:
     ModelConfig = ModelFields
     Config = ConfigFields
 else:
-    ModelConfig = _with_options(ModelFields, registry.MODEL_OPTIONS)
-    Config = _with_options(ConfigFields, registry.GATEWAY_OPTIONS,
+    ModelConfig = _with_options("ModelConfig", ModelFields, registry.MODEL_OPTIONS)
+    Config = _with_options("Config", ConfigFields, registry.GATEWAY_OPTIONS,
                            models=(tuple[ModelConfig, ...], ()))
 
 
