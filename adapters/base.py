@@ -227,3 +227,24 @@ class GatewayView:
 
 # A status route: GET-style, no body, answered from a snapshot.
 StatusRoute = Callable[[GatewayView, RequestContext], Rendered]
+
+
+@dataclass(slots=True, frozen=True)
+class InferenceRoute:
+    """A client protocol's inference route (POST): its path in Starlette syntax and the
+    frontend class that serves every request of it."""
+
+    path: str
+    frontend: type[Frontend]
+
+
+@dataclass(slots=True, frozen=True)
+class StatusRouteSpec:
+    """A client protocol's status route (GET): its answer from a snapshot, the frontend whose
+    error body its refusals take, and whether it stays open when API keys are set (the health
+    checks orchestrators call without a key)."""
+
+    path: str
+    answer: StatusRoute
+    errors: type[Frontend]
+    open: bool = False

@@ -50,10 +50,6 @@ GATEWAY_OPTIONS: dict[str, type[BaseModel]] = {"elastic": elastic_schema.Elastic
 # `Authorization: <scheme> <key>` schemes the clients of the front ends send.
 AUTH_SCHEMES = frozenset({openai_schema.AUTH_SCHEME, elastic_schema.AUTH_SCHEME})
 
-# Status routes that stay open when API keys are set: the health checks of orchestrators and
-# load balancers (TGI's and vLLM's /health, SageMaker's /ping; SPEC.md server.api_keys).
-OPEN_STATUS_ROUTES = frozenset({"/health", "/ping"})
-
 # The embedded default config (`gateway serve` without --config): model `demo` served by a
 # managed simulator on a free loopback port.
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -62,48 +58,25 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "workers": [{"kind": "simulator", "model": "demo", "port": 0}],
 }
 
+# The client protocols, each declaring its routes (ROUTES, STATUS_ROUTES) in its own module.
+_FRONTENDS = (openai_frontend, tgi, elastic, lmi)
+
 # Inference routes (POST): path (Starlette syntax) -> the frontend that serves it. A frontend
 # serves every request of its route, so it holds no request's state (its translators do).
 INFERENCE_ROUTES: list[tuple[str, Callable[[], base.Frontend]]] = [
-    # OpenAI's chat; TGI's placeholder model names are answered in TGI's Messages API shape.
-    ("/v1/chat/completions", openai_frontend.OpenAIChatFrontend),
-    ("/v1/completions", openai_frontend.OpenAICompletionsFrontend),
-    # TGI: one frontend per route, so that errors take that route's form (tgi.TgiFrontend).
-    ("/generate", tgi.TgiGenerateFrontend),
-    ("/generate_stream", tgi.TgiStreamFrontend),
-    ("/", tgi.TgiCompatFrontend),
-    # Elasticsearch's inference API (x-pack inference rest/Paths.java); `{id}` is a model name.
-    ("/_inference/{id}/_unified", elastic.ElasticChatFrontend),
-    ("/_inference/{id}/_stream", elastic.ElasticChatFrontend),
-    ("/_inference/chat_completion/{id}/_unified", elastic.ElasticChatFrontend),
-    ("/_inference/chat_completion/{id}/_stream", elastic.ElasticChatFrontend),
-    # Elasticsearch 9.6 (PR #158022): without `_stream`, a non-streaming chat completion.
-    ("/_inference/chat_completion/{id}", elastic.ElasticChatWholeFrontend),
-    ("/_inference/completion/{id}", elastic.ElasticCompletionFrontend),
-    ("/_inference/completion/{id}/_stream", elastic.ElasticCompletionStreamFrontend),
-    # LMI / SageMaker (DJL Serving InferenceRequestHandler); the body picks the schema.
-    ("/invocations", lmi.LmiFrontend),
-    ("/predictions/{model}", lmi.LmiFrontend),
-]
+    (r.path, r.frontend) for m in _FRONTENDS for r in m.ROUTES]
 
 # Status routes (GET), answered from a snapshot of the gateway.
-STATUS_ROUTES: list[tuple[str, base.StatusRoute]] = [
-    ("/v1/models", openai_frontend.models),
-    ("/health", tgi.health),  # TGI's: 200 empty, 503 with its ErrorResponse
-    ("/", tgi.health),  # TGI answers GET / as /health
-    ("/info", tgi.info),
-    ("/ping", lmi.ping),  # LMI / SageMaker health check
-]
+_STATUS: list[base.StatusRouteSpec] = [r for m in _FRONTENDS for r in m.STATUS_ROUTES]
+STATUS_ROUTES: list[tuple[str, base.StatusRoute]] = [(r.path, r.answer) for r in _STATUS]
 
 # The frontend whose error body each status route answers in (a missing API key, a bug), so
 # that a client reads a refusal of /v1/models or /info as it reads one of its inference routes.
-STATUS_ERRORS: dict[str, Callable[[], base.Frontend]] = {
-    "/v1/models": openai_frontend.OpenAICompletionsFrontend,
-    "/health": tgi.TgiFrontend,
-    "/": tgi.TgiFrontend,
-    "/info": tgi.TgiFrontend,
-    "/ping": lmi.LmiFrontend,
-}
+STATUS_ERRORS: dict[str, Callable[[], base.Frontend]] = {r.path: r.errors for r in _STATUS}
+
+# Status routes that stay open when API keys are set: the health checks of orchestrators and
+# load balancers (TGI's and vLLM's /health, SageMaker's /ping; SPEC.md server.api_keys).
+OPEN_STATUS_ROUTES = frozenset(r.path for r in _STATUS if r.open)
 
 
 def backend(name: str) -> base.Backend:

@@ -45,12 +45,18 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PY = sys.executable
 
+# "clients": a fixed concurrency for the case (else --concurrency)
 CASES: dict[str, dict[str, Any]] = {
     "stream-saturated": {"stream": True, "itl_ms": 0.0, "ttft_ms": 0.0},
-    "stream-paced": {"stream": True, "itl_ms": 20.0, "ttft_ms": 0.0},
+    "stream-paced": {"stream": True, "itl_ms": 20.0, "ttft_ms": 0.0, "clients": 256},
     "whole-saturated": {"stream": False, "itl_ms": 0.0, "ttft_ms": 0.0},
+    "whole-one-client": {"stream": False, "itl_ms": 0.0, "ttft_ms": 0.0, "clients": 1},
     "whole-paced": {"stream": False, "itl_ms": 20.0, "ttft_ms": 0.0},
 }
+
+
+def clients(case: dict[str, Any], args: argparse.Namespace) -> int:
+    return int(case.get("clients") or args.concurrency)
 
 
 # ---------------------------------------------------------------- processes
@@ -210,9 +216,13 @@ def wait_healthy(proc: Proc, url: str, timeout: float = 20.0) -> None:
 
 def start_simulator(procs: Processes, tmp: Path, case: dict[str, Any], args: argparse.Namespace,
                     port: int) -> Proc:
-    cmd = [PY, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port),
-           "--ttft-ms", f"{case['ttft_ms']:g}", "--itl-ms", f"{case['itl_ms']:g}",
-           "--tokens", str(args.tokens)]
+    """The worker every target of a case is measured against: `--upstream fast` (default) is
+    bench/fast_upstream.py, static bytes with the simulator's shape, so that the worker does
+    not cap what the proxies show; `--upstream simulator` is the simulator itself."""
+    settings = ["--host", "127.0.0.1", "--port", str(port), "--ttft-ms", f"{case['ttft_ms']:g}",
+                "--itl-ms", f"{case['itl_ms']:g}", "--tokens", str(args.tokens)]
+    cmd = ([PY, str(HERE / "fast_upstream.py")] if args.upstream == "fast"
+           else [PY, "-m", "simulator"]) + settings
     proc = procs.start("simulator", cmd, args.load_core, tmp / f"simulator-{port}.log")
     wait_healthy(proc, f"http://127.0.0.1:{port}/health")
     return proc
@@ -234,12 +244,18 @@ def start_gateway(procs: Processes, tmp: Path, variant: dict[str, Any], sim_port
                   args: argparse.Namespace) -> tuple[Proc, int]:
     port = free_port()
     conf = gateway_config(tmp, sim_port, port)
-    cmd = [PY, str(HERE / "run_gateway.py"), "--config", str(conf), "--client",
-           variant["client"], "--server", variant["server"], "--host", "127.0.0.1",
-           "--port", str(port)]
+    root = Path(variant.get("root") or ROOT)
+    cmd = [PY, str(root / "bench" / "run_gateway.py"), "--config", str(conf), "--server",
+           variant["server"], "--host", "127.0.0.1", "--port", str(port)]
+    if variant.get("client"):
+        cmd += ["--client", variant["client"]]
     if variant["quiet"]:
         cmd.append("--quiet")
-    proc = procs.start("gateway", cmd, args.proxy_core, tmp / f"{variant['label']}-{port}.log")
+    env = None
+    if variant.get("root"):  # another checkout's gateway: its packages first on the path
+        env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = procs.start("gateway", cmd, args.proxy_core, tmp / f"{variant['label']}-{port}.log",
+                       env=env)
     wait_healthy(proc, f"http://127.0.0.1:{port}/health")
     return proc, port
 
@@ -304,7 +320,7 @@ def start_nginx(procs: Processes, tmp: Path, sim_port: int, quiet: bool,
 def measure(port: int, case: dict[str, Any], watch: list[int], sim_pid: int,
             args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     cmd = [PY, str(HERE / "loadgen.py"), "--port", str(port), "--concurrency",
-           str(args.concurrency), "--warmup", str(args.warmup), "--duration", str(args.duration),
+           str(clients(case, args)), "--warmup", str(args.warmup), "--duration", str(args.duration),
            "--max-tokens", str(args.tokens), "--client", args.loadgen,
            "--also-pid", str(sim_pid)]
     if case["stream"]:
@@ -389,7 +405,7 @@ def table(case_name: str, rows: list[tuple[str, dict[str, Any]]], args: argparse
     direct = next((r for name, r in rows if name == "direct"), None)
     nginx = {name.split("nginx", 1)[1]: r for name, r in rows if name.startswith("nginx")}
     lines = [
-        (f"### {case_name}  (N={args.concurrency}, {args.duration:g} s"
+        (f"### {case_name}  (N={clients(CASES[case_name], args)}, {args.duration:g} s"
          + (f", best of {args.repeat} by least interference" if args.repeat > 1 else "")
          + f", {args.tokens} tokens, itl {CASES[case_name]['itl_ms']:g} ms)"),
         "",
@@ -445,26 +461,60 @@ def table(case_name: str, rows: list[tuple[str, dict[str, Any]]], args: argparse
     return "\n".join(lines + [""] + [f"- {n}" for n in notes])
 
 
+def summary_table(report: dict[str, Any], args: argparse.Namespace) -> str:
+    """The README's performance table: per case, nginx and the gateway side by side."""
+    lines = ["| case | clients | target | req/s | added TTFT p50 / p99 (ms) | CPU µs/chunk "
+             "| CPU µs/request | gateway / nginx |",
+             "|---|---:|---|---:|---:|---:|---:|---:|"]
+    for name, data in report["cases"].items():
+        rows = data["rows"]
+        direct, ng = rows.get("direct"), rows.get("nginx")
+        per = "cpu_us_per_chunk" if data["settings"]["stream"] else "cpu_us_per_request"
+        for label, r in rows.items():
+            if label == "direct":
+                continue
+            added = "–"
+            if direct and None not in (r["ttft_ms"]["p50"], direct["ttft_ms"]["p50"]):
+                added = (f"{r['ttft_ms']['p50'] - direct['ttft_ms']['p50']:+.2f} / "
+                         f"{r['ttft_ms']['p99'] - direct['ttft_ms']['p99']:+.2f}")
+            ratio = "–"
+            if label.startswith("gateway") and ng and ng.get(per) and r.get(per):
+                ratio = f"{r[per] / ng[per]:.2f}×"
+            chunk = fmt(r.get("cpu_us_per_chunk")) if data["settings"]["stream"] else "–"
+            lines.append(f"| {name} | {clients(data['settings'], args)} | {label} "
+                         f"| {r['req_per_s']:,.0f} | {added} | {chunk} "
+                         f"| {fmt(r.get('cpu_us_per_request'))} | {ratio} |")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- main
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--concurrency", "-n", type=int, default=64)
+    p.add_argument("--concurrency", "-n", type=int, default=32,
+                   help="clients, where the case sets none")
+    p.add_argument("--upstream", choices=["fast", "simulator"], default="fast",
+                   help="the worker: static vLLM-shaped bytes (bench/fast_upstream.py) or the "
+                        "simulator")
     p.add_argument("--duration", "-d", type=float, default=10.0, help="measured seconds per run")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds before each window")
-    p.add_argument("--tokens", type=int, default=32, help="tokens per answer")
-    p.add_argument("--cases", default=",".join(CASES), help=f"comma list of {', '.join(CASES)}")
+    p.add_argument("--tokens", type=int, default=64, help="tokens per answer")
+    p.add_argument("--cases", default="stream-saturated,stream-paced,whole-saturated,whole-one-client",
+                   help=f"comma list of {', '.join(CASES)}")
     p.add_argument("--targets", default="direct,nginx,gateway",
                    help="comma list of direct, nginx, gateway")
-    p.add_argument("--client", default="aiohttp",
-                   help="the gateway's upstream client(s): comma list of aiohttp, httpx")
+    p.add_argument("--client", default="http1",
+                   help="the gateway's upstream client(s): comma list of http1, aiohttp, httpx")
     p.add_argument("--server", default="uvicorn",
                    help="the gateway's ASGI server(s): comma list of uvicorn, granian")
     p.add_argument("--logs", choices=["on", "off", "both"], default="on",
                    help="per-request log lines of the proxies (gateway JSON line, nginx "
                         "access log): on (production), off, or both")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="also measure the gateway of another checkout (e.g. a worktree of "
+                        "main), with its own defaults, in the same run")
     p.add_argument("--loadgen", choices=["httptools", "aiohttp"], default="httptools",
                    help="load generator client (see bench/loadgen.py)")
     p.add_argument("--repeat", type=int, default=1,
@@ -490,7 +540,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if c not in CASES:
             p.error(f"unknown case {c!r}")
     for c in args.clients:
-        if c not in ("aiohttp", "httpx"):
+        if c not in ("http1", "aiohttp", "httpx"):
             p.error(f"unknown client {c!r}")
     for s in args.servers:
         if s not in ("uvicorn", "granian"):
@@ -595,6 +645,9 @@ def main(argv: list[str] | None = None) -> int:
             targets.append({"label": f"gateway-{server}-{client}" + ("-quiet" if quiet else ""),
                             "kind": "gateway", "server": server, "client": client,
                             "quiet": quiet})
+        if args.baseline:  # the same measurement of another checkout, in the same run
+            targets.append({"label": "gateway-baseline", "kind": "gateway", "server": "uvicorn",
+                            "quiet": False, "root": args.baseline})
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -652,6 +705,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows = [(label, cleanest_run(rs)) for label, rs in runs.items()]
                 report["cases"][case_name] = {"settings": case, "rows": dict(rows)}
                 print(table(case_name, rows, args) + "\n", flush=True)
+            print(summary_table(report, args), flush=True)
         except KeyboardInterrupt:
             print("interrupted; stopping every process started", file=sys.stderr)
             return 130

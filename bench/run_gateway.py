@@ -1,6 +1,6 @@
 """Run the gateway for the benchmark, choosing its upstream client and its ASGI server.
 
-    python bench/run_gateway.py --config FILE [--client aiohttp|httpx]
+    python bench/run_gateway.py --config FILE [--client http1|aiohttp|httpx]
                                 [--server uvicorn|granian] [--host H] [--port P] [--quiet]
 
 Per-request JSON log lines stay on by default (that is production: `gateway serve` logs at
@@ -16,7 +16,11 @@ import sys
 from typing import Any
 
 from gateway import app as gateway_app
-from gateway import config, observability, upstream
+from gateway import config, http1, observability, upstream
+
+
+def http1_factory(cfg: config.Config) -> upstream.UpstreamClient:
+    return http1.Http1Client(cfg.server.timeouts.connect)
 
 
 def aiohttp_factory(cfg: config.Config) -> upstream.UpstreamClient:
@@ -34,7 +38,7 @@ def httpx_factory(cfg: config.Config) -> upstream.UpstreamClient:
     ))
 
 
-CLIENTS = {"aiohttp": aiohttp_factory, "httpx": httpx_factory}
+CLIENTS = {"http1": http1_factory, "aiohttp": aiohttp_factory, "httpx": httpx_factory}
 
 
 def granian_available() -> bool:
@@ -45,11 +49,10 @@ def granian_available() -> bool:
     return True
 
 
-def serve_uvicorn(app: Any, host: str, port: int) -> None:
-    import uvicorn
+def serve_uvicorn(app: Any, server: config.ServerConfig) -> None:
+    from gateway import processes
 
-    uvicorn.run(app, host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
-                log_level="warning", access_log=False)
+    processes.server(app, server).run()  # the very setup of `gateway serve`
 
 
 def serve_granian(app: Any, host: str, port: int) -> None:
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
-    p.add_argument("--client", choices=sorted(CLIENTS), default="aiohttp")
+    p.add_argument("--client", choices=sorted(CLIENTS), default="http1")
     p.add_argument("--server", choices=["uvicorn", "granian"], default="uvicorn")
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=None)
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         serve_granian(app, server.host, server.port)
     else:
-        serve_uvicorn(app, server.host, server.port)
+        serve_uvicorn(app, server)
     return 0
 
 

@@ -18,6 +18,7 @@ from gateway import (
     config,
     health,
     hooks,
+    http1,
     metrics,
     observability,
     pipeline,
@@ -36,14 +37,16 @@ DNS_REFRESH_SECONDS = 5.0
 ClientFactory = Callable[[config.Config], upstream.UpstreamClient]
 
 
-def aiohttp_client(cfg: config.Config) -> upstream.UpstreamClient:
-    return upstream.AiohttpClient(cfg.server.timeouts.connect)
+def http1_client(cfg: config.Config) -> upstream.UpstreamClient:
+    return http1.Http1Client(cfg.server.timeouts.connect)
 
 
-def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client,
-              traces: tracing.Tracing | None = None) -> FastPaths:
+def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
+              traces: tracing.Tracing | None = None, manage_workers: bool = True) -> FastPaths:
     """The gateway for `cfg`; `client_factory` makes the upstream client inside the loop;
-    `traces` (gateway.tracing) gives every request a span."""
+    `traces` (gateway.tracing) gives every request a span. `manage_workers=False` (a serving
+    process of several): the managed workers are run by the parent process, and this one only
+    gates them into rotation by their health."""
     router = routing.Router(cfg, hooks.Events())
     flow = pipeline.Pipeline(_Unstarted(), cfg.server)
     flow.on_failover = hooks.failover
@@ -61,7 +64,7 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = aiohttp_client
         dns = asyncio.ensure_future(resolver.refresh_forever(sets, DNS_REFRESH_SECONDS))
         watchers = health.start(router.routes.values(), client, cfg.server.health)
         try:
-            await workers.start()
+            await workers.start(manage=manage_workers)
             gc.collect()
             gc.freeze()  # what startup made lives for good; keep it out of every collection
             observability.logger().info("ready", upstreams={

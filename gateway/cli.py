@@ -26,6 +26,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="YAML config file (default: the embedded demo config)")
     serve.add_argument("--host", help="listen address (overrides server.host)")
     serve.add_argument("--port", type=int, help="listen port (overrides server.port)")
+    serve.add_argument("--workers", type=workers_arg,
+                       help="serving processes on the port: N or auto (overrides server.workers)")
     serve.add_argument("--log-level", default="info",
                        choices=["debug", "info", "warning", "error"])
 
@@ -37,6 +39,15 @@ def parser() -> argparse.ArgumentParser:
                          description=worker.SUMMARY)
     simulator.add_arguments(sim)
     return p
+
+
+def workers_arg(text: str) -> int | str:
+    """`auto` or a positive count."""
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a positive number nor auto")
+    return int(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,9 +98,7 @@ def _report(path: str, problems: list[str], warnings: list[str]) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gateway import app, config, observability, tracing
+    from gateway import app, config, observability, processes, tracing
 
     observability.configure(args.log_level)  # from here on, every line on stderr is JSON
     log = observability.logger()
@@ -102,25 +111,23 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     _log_report(source, [], warnings)
     server = cfg.server.model_copy(update={
-        k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None})
+        k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers))
+        if v is not None})
     cfg = cfg.model_copy(update={"server": server})
     # Fewer young-generation collections: a request allocates many short-lived containers
     # (the benchmark's profile showed the collector at 5% of the gateway's CPU).
     gc.set_threshold(20_000, 20, 20)
+    count = processes.count(server.workers)
     log.info("start", host=server.host, port=server.port, models=[m.name for m in cfg.models],
-             version=version.version())
+             version=version.version(), processes=count)
     try:  # build_app reads chat_template files: it may find more errors
         application = app.build_app(cfg, traces=tracing.from_env(server.tracing, os.environ))
     except config.ConfigError as exc:
         _log_report(source, exc.problems, [])
         return 1
-    # log_config=None: uvicorn's loggers keep the JSON handler observability.configure set.
-    observability.Server(uvicorn.Config(
-        application, host=server.host, port=server.port, loop="uvloop",
-        http="httptools", lifespan="on", log_level=args.log_level, log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=round(server.drain_seconds),
-    )).run()
+    if count > 1:
+        return processes.serve(cfg, count, args.log_level)
+    processes.server(application, server, args.log_level).run()
     return 0
 
 

@@ -83,6 +83,8 @@ class ServerConfig(_Frozen):
     drain_seconds: float = Field(30, ge=0)  # SIGTERM: time given to in-flight streams
     failover_attempts: int = Field(1, ge=0, le=10)  # continuations of a stream cut mid-way
     health: HealthConfig = HealthConfig()
+    # serving processes on the one port; "auto": one per CPU this process may run on
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
     # OpenTelemetry spans (the `otel` extra): auto = when OTEL_TRACES_EXPORTER or an
     # OTEL_EXPORTER_OTLP_*ENDPOINT variable asks for an exporter (gateway/tracing.py).
     tracing: Literal["auto", "on", "off"] = "auto"
@@ -188,20 +190,20 @@ def reference_problems(raw: Any) -> list[str]:
     return problems
 
 
-def _with_options(base: type[_Frozen], options: Mapping[str, type[BaseModel]],
+def _with_options(name: str, base: type[_Frozen], options: Mapping[str, type[BaseModel]],
                   **fields: Any) -> Any:
-    """`base` with one field per protocol options section, each defaulting to its defaults."""
+    """`base` with one field per protocol options section, each defaulting to its defaults;
+    named as the module attribute it is bound to, so that its instances pickle."""
     sections: dict[str, Any] = {key: (model, model()) for key, model in options.items()}
-    return create_model(base.__name__.replace("Fields", "Config"), __base__=base,
-                        __module__=__name__, **sections, **fields)
+    return create_model(name, __base__=base, __module__=__name__, **sections, **fields)
 
 
 if TYPE_CHECKING:
     ModelConfig = ModelFields
     Config = ConfigFields
 else:
-    ModelConfig = _with_options(ModelFields, registry.MODEL_OPTIONS)
-    Config = _with_options(ConfigFields, registry.GATEWAY_OPTIONS,
+    ModelConfig = _with_options("ModelConfig", ModelFields, registry.MODEL_OPTIONS)
+    Config = _with_options("Config", ConfigFields, registry.GATEWAY_OPTIONS,
                            models=(tuple[ModelConfig, ...], ()))
 
 

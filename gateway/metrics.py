@@ -11,16 +11,19 @@ names (anything else is `unknown`), routes are templates (`/predictions/{model}`
 a class (`4xx`), errors are exception class names. Everything is recorded once per request or
 per upstream attempt, never per streamed chunk.
 
-For prometheus_client's multiprocess mode (`server.workers: N`): the gauges want a
-`multiprocess_mode` (in flight: `livesum`; upstream health: `max`), and the process
-collectors are per process there.
+With several serving processes (`server.workers: N`) prometheus_client's multiprocess mode
+sums every process's samples (`collected`): the in-flight gauge is `livesum` (a process that
+ended leaves the sum, `process_gone`), upstream health `max`; the process collectors are per
+process and are left out there.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import prometheus_client as prom
+from prometheus_client import multiprocess
 
 if TYPE_CHECKING:
     from gateway.routing import Router
@@ -69,7 +72,7 @@ OPERATION_DURATION = prom.Histogram(
 
 IN_FLIGHT = prom.Gauge("gateway_requests_in_flight",
                        "Requests routed to a model and not yet answered in full", [MODEL],
-                       registry=REGISTRY)
+                       registry=REGISTRY, multiprocess_mode="livesum")
 ATTEMPTS = prom.Counter("gateway_upstream_attempts", "Requests sent to an upstream",
                         [MODEL, "upstream", "error_type"], registry=REGISTRY)
 RETRIES = prom.Counter("gateway_upstream_retries",
@@ -83,7 +86,7 @@ EJECTIONS = prom.Counter("gateway_upstream_ejections",
                          [MODEL, "upstream"], registry=REGISTRY)
 UPSTREAM_HEALTHY = prom.Gauge("gateway_upstream_healthy",
                               "1 while an upstream is in rotation, 0 while ejected",
-                              [MODEL, "upstream"], registry=REGISTRY)
+                              [MODEL, "upstream"], registry=REGISTRY, multiprocess_mode="max")
 
 _ejected: set[tuple[str, str]] = set()
 _listed: set[tuple[str, str]] = set()
@@ -158,7 +161,30 @@ def refresh_upstreams(router: Router) -> None:
 
 def exposition(router: Router) -> bytes:
     refresh_upstreams(router)
-    return bytes(prom.generate_latest(REGISTRY))
+    return bytes(prom.generate_latest(collected()))
+
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def collected() -> prom.CollectorRegistry:
+    """This process's registry; with several serving processes (`server.workers`), every
+    process's samples summed from the directory that prometheus_client's multiprocess mode
+    writes (the parent sets PROMETHEUS_MULTIPROC_DIR before they start; the process
+    collectors above are then left out, being per process)."""
+    path = os.environ.get(MULTIPROC_ENV)
+    if not path:
+        return REGISTRY
+    merged = prom.CollectorRegistry()
+    multiprocess.MultiProcessCollector(merged, path)  # type: ignore[no-untyped-call]
+    return merged
+
+
+def process_gone(pid: int) -> None:
+    """A serving process ended: its `live*` gauges leave the sums (multiprocess mode)."""
+    path = os.environ.get(MULTIPROC_ENV)
+    if path:
+        multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
 
 
 CONTENT_TYPE = prom.CONTENT_TYPE_LATEST

@@ -4,11 +4,12 @@ stderr is one JSON object."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 import structlog
@@ -48,6 +49,8 @@ def configure(level: str = "info") -> None:
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info,
                     structlog.processors.JSONRenderer(serializer=_dumps)]))
+    global _lines
+    _lines = RequestLines(sys.stderr) if level in ("debug", "info") else None
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -55,6 +58,54 @@ def configure(level: str = "info") -> None:
         stdlib = logging.getLogger(name)
         stdlib.handlers.clear()  # uvicorn's own plain-text handlers, if it installed them
         stdlib.propagate = True
+
+
+class RequestLines:
+    """The per-request line at info, as structlog's chain above would render it, but made by
+    one `orjson.dumps` and written once per event-loop turn for all the requests that ended in
+    it: the benchmark's profile showed structlog's processors and a write per request at 8 %
+    of the gateway's CPU for whole answers."""
+
+    def __init__(self, out: IO[str]):
+        self.out = out.buffer if hasattr(out, "buffer") else None
+        self.text = out
+        self.pending: list[bytes] = []
+        self._second = -1
+        self._stamp = ""
+
+    def add(self, fields: dict[str, Any]) -> None:
+        fields.update(structlog.contextvars.get_contextvars())
+        fields["event"] = "request"
+        fields["level"] = "info"
+        fields["timestamp"] = self.timestamp()
+        self.pending.append(orjson.dumps(fields, default=str) + b"\n")
+        if len(self.pending) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no loop: write now
+                self.flush()
+
+    def timestamp(self) -> str:
+        """ISO 8601 in UTC with microseconds, as structlog's TimeStamper(fmt="iso", utc=True)."""
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._stamp}.{int((now - second) * 1e6):06d}Z"
+
+    def flush(self) -> None:
+        data = b"".join(self.pending)
+        self.pending.clear()
+        if self.out is not None:
+            self.out.write(data)
+            self.out.flush()
+        else:
+            self.text.write(data.decode())
+            self.text.flush()
+
+
+_lines: RequestLines | None = None
 
 
 def logger() -> Any:
@@ -88,6 +139,8 @@ def log_exchange(x: Exchange) -> None:
         _log.error("request", **fields)
     elif x.status >= 500 or x.outcome == "upstream_error" or x.note.errors:
         _log.warning("request", **fields)
+    elif _lines is not None:  # configured by the CLI: the batched writer
+        _lines.add(fields)
     else:
         _log.info("request", **fields)
 

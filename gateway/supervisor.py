@@ -37,7 +37,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies (runs in a worker between fork and exec, and
+    first thing in a serving process of several)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -98,10 +100,10 @@ class ManagedWorker:
         self.proc = await asyncio.create_subprocess_exec(
             *self.command(), env=self.environment(), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent)
+            start_new_session=True, preexec_fn=die_with_parent)
         self._log.info("worker_started", pid=self.proc.pid, command=self.command())
         pump = asyncio.ensure_future(self._pump(self.proc))
-        gate = asyncio.ensure_future(self._gate())
+        gate = asyncio.ensure_future(self._gate(time.monotonic() + self.cfg.startup_timeout))
         try:
             return await self.proc.wait()
         finally:
@@ -115,13 +117,18 @@ class ManagedWorker:
         async for line in proc.stdout:
             self._log.info("worker_output", line=line.decode("utf-8", "replace").rstrip())
 
-    async def _gate(self) -> None:
+    async def watch(self) -> None:
+        """Health only: in a serving process of several, the parent runs the worker process
+        and each serving process gates it into its own rotation by probing it."""
+        await self._gate(None)
+
+    async def _gate(self, deadline: float | None) -> None:
         """Register the worker as an upstream once its health endpoint answers 200; then
-        keep probing, and take it out of rotation while it fails (back in when it recovers)."""
-        deadline = time.monotonic() + self.cfg.startup_timeout
+        keep probing, and take it out of rotation while it fails (back in when it recovers).
+        Past `deadline` without a first 200 the worker is killed (None: wait on)."""
         health = self.url + self.route.backend.health_path()
         while await self.client.probe(health, timeout=2.0) != 200:
-            if time.monotonic() > deadline:
+            if deadline is not None and time.monotonic() > deadline:
                 self._log.error("worker_unhealthy", startup_timeout_s=self.cfg.startup_timeout)
                 await self._signal(signal.SIGKILL)
                 return
@@ -171,10 +178,13 @@ class Supervisor:
                         for w in cfg.workers]
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def start(self, wait_for_fast: float = 20.0) -> None:
-        """Start every worker; wait (bounded) for those that start fast, so that the first
-        requests find them (a GPU worker may load for minutes: serving does not wait)."""
-        self._tasks = [asyncio.ensure_future(w.run()) for w in self.workers]
+    async def start(self, wait_for_fast: float = 20.0, manage: bool = True) -> None:
+        """Start every worker (`manage`), or only gate them by health where another process
+        runs them (a serving process of several); wait (bounded) for those that start fast,
+        so that the first requests find them (a GPU worker may load for minutes: serving does
+        not wait)."""
+        self._tasks = [asyncio.ensure_future(w.run() if manage else w.watch())
+                       for w in self.workers]
         quick = [w.healthy.wait() for w in self.workers if w.kind.starts_fast]
         if quick:
             await asyncio.wait_for(asyncio.gather(*quick), wait_for_fast)

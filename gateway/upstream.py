@@ -1,8 +1,8 @@
-"""The pooled HTTP client that talks to workers, behind a small interface of ours.
+"""The interface of the pooled HTTP client that talks to workers, and two implementations.
 
-Production uses aiohttp directly (one session, unlimited connector, reads that take whatever the
-socket holds): the benchmark in bench/ measured it against httpx (see README, Performance).
-`HttpxClient` serves the same interface for respx-mocked tests and for that comparison.
+Production uses `gateway.http1` (asyncio Protocols + httptools), which the benchmark in bench/
+measured against these (see README, Performance): `AiohttpClient` (one session, unlimited
+connector) stays selectable there; `HttpxClient` serves respx-mocked tests.
 Foreign exceptions are translated once, here: before the status line they are
 `UpstreamUnavailable` (retryable), after it `UpstreamBroken`.
 """

@@ -256,3 +256,17 @@ def _response_type(ctx: base.RequestContext) -> str:
             return f"application/vnd.elasticsearch+json;compatible-with={version}" if version \
                 else "application/vnd.elasticsearch+json"
     return enc.JSON_MEDIA_TYPE
+
+
+# Elasticsearch's inference API (x-pack inference rest/Paths.java); `{id}` is a model name.
+ROUTES = (
+    base.InferenceRoute("/_inference/{id}/_unified", ElasticChatFrontend),
+    base.InferenceRoute("/_inference/{id}/_stream", ElasticChatFrontend),
+    base.InferenceRoute("/_inference/chat_completion/{id}/_unified", ElasticChatFrontend),
+    base.InferenceRoute("/_inference/chat_completion/{id}/_stream", ElasticChatFrontend),
+    # Elasticsearch 9.6 (PR #158022): without `_stream`, a non-streaming chat completion.
+    base.InferenceRoute("/_inference/chat_completion/{id}", ElasticChatWholeFrontend),
+    base.InferenceRoute("/_inference/completion/{id}", ElasticCompletionFrontend),
+    base.InferenceRoute("/_inference/completion/{id}/_stream", ElasticCompletionStreamFrontend),
+)
+STATUS_ROUTES: tuple[base.StatusRouteSpec, ...] = ()

@@ -103,3 +103,12 @@ def ping(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
     statuses = [(m.name, "Healthy" if m.healthy else "Unhealthy") for m in view.models]
     ok = view.default is not None and view.default.healthy
     return base.Rendered(200 if ok else 503, lmi_json.gson_pretty_statuses(statuses))
+
+
+# DJL Serving's InferenceRequestHandler; the body picks the schema.
+ROUTES = (
+    base.InferenceRoute("/invocations", LmiFrontend),
+    base.InferenceRoute("/predictions/{model}", LmiFrontend),
+)
+# SageMaker's health check, open as its contract needs.
+STATUS_ROUTES = (base.StatusRouteSpec("/ping", ping, LmiFrontend, open=True),)

@@ -81,3 +81,11 @@ def health(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
     """GET /health as vLLM answers it: 200 with an empty body, 503 when nothing can serve."""
     ok = view.default is not None and view.default.healthy
     return base.Rendered(200 if ok else 503, b"")
+
+
+ROUTES = (
+    # OpenAI's chat; TGI's placeholder model names are answered in TGI's Messages API shape.
+    base.InferenceRoute("/v1/chat/completions", OpenAIChatFrontend),
+    base.InferenceRoute("/v1/completions", OpenAICompletionsFrontend),
+)
+STATUS_ROUTES = (base.StatusRouteSpec("/v1/models", models, OpenAICompletionsFrontend),)

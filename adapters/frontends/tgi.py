@@ -277,3 +277,16 @@ def health(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
     if view.default is not None and view.default.healthy:
         return base.Rendered(200, b"")
     return base.Rendered(503, b'{"error":"unhealthy","error_type":"healthcheck"}')
+
+
+# One frontend per route, so that errors take that route's form (TgiFrontend).
+ROUTES = (
+    base.InferenceRoute("/generate", TgiGenerateFrontend),
+    base.InferenceRoute("/generate_stream", TgiStreamFrontend),
+    base.InferenceRoute("/", TgiCompatFrontend),
+)
+STATUS_ROUTES = (
+    base.StatusRouteSpec("/health", health, TgiFrontend, open=True),  # 200 empty / 503
+    base.StatusRouteSpec("/", health, TgiFrontend),  # TGI answers GET / as /health
+    base.StatusRouteSpec("/info", info, TgiFrontend),
+)

@@ -231,3 +231,12 @@ def test_overrides_reach_list_entries_and_keep_text_as_text(tmp_path: Path) -> N
     assert cfg.models[0].upstream_model == "0123" and cfg.default_model == "a"
     assert cfg.models[0].lmi.tgi_compat is True
     assert cfg.server.api_keys == ("0123",)
+
+
+def test_an_assembled_config_pickles() -> None:
+    """The schema classes are made at import (create_model) but named as their module
+    attributes, so a config crosses a process boundary as itself."""
+    import pickle
+
+    cfg = config.load_config(None, {})
+    assert pickle.loads(pickle.dumps(cfg)) == cfg

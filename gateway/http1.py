@@ -1,0 +1,271 @@
+"""The upstream client of production: HTTP/1.1 on asyncio Protocols, parsed by httptools.
+
+The benchmark's profile put aiohttp's per-request machinery (ClientRequest, its header and
+cookie handling, StreamWriter, StreamReader) at a fifth of the gateway's CPU for whole answers
+and its StreamReader on every streamed chunk. Here a request is one pre-framed write (the
+request line and Host header made once per URL), the response is parsed by httptools (the
+parser uvicorn serves with) in `data_received`, and a reader waits on one future per read.
+Connections are kept alive per host; one that breaks before the status line after being
+reused is retried once on a fresh connection (the worker closed it while idle), as aiohttp
+does. Closing a response whose body is unfinished closes its connection: the worker aborts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import defaultdict
+from urllib.parse import urlsplit
+
+import httptools
+
+from adapters import base
+from gateway import upstream
+from schemas import errors
+
+HIGH_WATER = 1 << 16  # body bytes buffered before the socket is paused (aiohttp's 64 KiB)
+Origin = tuple[str, int, bool]  # host, port, tls
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection; one request at a time; the response parsed as it arrives."""
+
+    def __init__(self, origin: Origin) -> None:
+        self.origin = origin
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.status = 0
+        self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.chunks: list[bytes] = []
+        self.buffered = 0
+        self.complete = False
+        self.keep_alive = False
+        self.framed = False  # a content-length or transfer-encoding header came
+        self.error: str | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.paused = False
+        self.used = 0  # requests sent on this connection
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail("the worker switched protocols")
+        except httptools.HttpParserError as exc:
+            self._fail(f"malformed HTTP from the worker ({exc})")
+
+    def eof_received(self) -> bool | None:
+        return False  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.status and not self.framed and exc is None and not self.complete:
+            self.complete = True  # a body without length ends with the connection (RFC 9112 6.3)
+            self._wake()
+        if not self.complete:
+            self._fail(f"{type(exc).__name__}: {exc}" if exc else "the connection was closed")
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self.framed and name.lower() in (b"content-length", b"transfer-encoding"):
+            self.framed = True
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        if not self.head.done():
+            self.head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self.buffered += len(body)
+        if self.buffered > HIGH_WATER and self.transport is not None and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.keep_alive = self.parser.should_keep_alive()  # reset once this callback returns
+        self.complete = True
+        self._wake()
+
+    # ours
+    def _fail(self, why: str) -> None:
+        if self.error is None:
+            self.error = why
+        if not self.head.done():
+            self.head.set_exception(ConnectionError(why))
+        self._wake()
+        self.close()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def reusable(self) -> bool:
+        return self.transport is not None and self.error is None and not self.transport.is_closing()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+
+    def prepare(self) -> None:
+        """Ready for the next request on this connection."""
+        self.status = 0
+        self.head = asyncio.get_running_loop().create_future()
+        self.chunks.clear()
+        self.buffered = 0
+        self.complete = False
+        self.keep_alive = False
+        self.framed = False
+        self.used += 1
+
+
+class Http1Response:
+    """An answer being read; `aclose` returns its connection to the pool or closes it."""
+
+    __slots__ = ("_conn", "_pool", "status")
+
+    def __init__(self, conn: Connection, pool: Http1Client):
+        self._conn = conn
+        self._pool = pool
+        self.status = conn.status
+
+    async def read_chunk(self) -> bytes:
+        conn = self._conn
+        while True:
+            if conn.chunks:
+                data = conn.chunks[0] if len(conn.chunks) == 1 else b"".join(conn.chunks)
+                conn.chunks.clear()
+                conn.buffered = 0
+                if conn.paused and conn.transport is not None:
+                    conn.paused = False
+                    conn.transport.resume_reading()
+                return data
+            if conn.complete:
+                return b""
+            if conn.error is not None:
+                raise errors.UpstreamBroken(upstream.BROKE_OFF, detail=conn.error)
+            conn.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await conn.waiter
+            finally:
+                conn.waiter = None
+
+    async def read(self) -> bytes:
+        parts = []
+        while data := await self.read_chunk():
+            parts.append(data)
+        return b"".join(parts)
+
+    async def aclose(self) -> None:
+        conn = self._conn
+        if conn.complete and conn.keep_alive and conn.reusable():
+            self._pool.release(conn)
+        else:
+            conn.close()
+
+
+class Http1Client:
+    """Keep-alive connections per origin, unlimited in number, like the aiohttp connector it
+    replaces; created inside the running loop."""
+
+    def __init__(self, connect_timeout: float):
+        self.connect_timeout = connect_timeout
+        self.idle: defaultdict[Origin, list[Connection]] = defaultdict(list)
+        self._targets: dict[str, tuple[Origin, bytes, bytes]] = {}
+        self._tls: ssl.SSLContext | None = None
+
+    def target(self, url: str) -> tuple[Origin, bytes, bytes]:
+        """(origin, path, Host header line) of a URL, parsed once per URL; a URL no request
+        can go to is a permanent error, tried once (issue 12), as `upstream.map_errors` says."""
+        known = self._targets.get(url)
+        if known is None:
+            try:
+                parts = urlsplit(url)
+                port = parts.port
+            except ValueError as exc:
+                raise errors.UpstreamError(upstream.BAD_URL, detail=f"{url}: {exc}") from None
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise errors.UpstreamError(upstream.BAD_URL, detail=url)
+            tls = parts.scheme == "https"
+            port = port or (443 if tls else 80)
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            known = ((parts.hostname or "", port, tls), path.encode(),
+                     f"host: {parts.netloc}\r\n".encode())
+            if len(self._targets) < 4096:
+                self._targets[url] = known
+        return known
+
+    async def send(self, req: base.UpstreamRequest) -> Http1Response:
+        origin, path, host = self.target(req.url)
+        head = [b"%s %s HTTP/1.1\r\n" % (req.method.encode(), path), host]
+        head += [f"{k}: {v}\r\n".encode() for k, v in req.headers.items()]
+        head.append(b"content-length: %d\r\n\r\n" % len(req.body))
+        wire = b"".join(head) + req.body
+        while True:
+            conn = await self._connection(origin)
+            reused = conn.used > 0
+            conn.prepare()
+            try:
+                assert conn.transport is not None
+                conn.transport.write(wire)
+                await conn.head
+                return Http1Response(conn, self)
+            except ConnectionError as exc:
+                conn.close()
+                if reused and not conn.chunks and conn.status == 0:
+                    continue  # the worker closed an idle connection: once more, on a new one
+                raise errors.UpstreamUnavailable(upstream.UNREACHABLE, detail=str(exc)) from None
+            except BaseException:  # cancelled (client gone, timeout): the worker must abort
+                conn.close()
+                raise
+
+    async def _connection(self, origin: Origin) -> Connection:
+        idle = self.idle.get(origin)
+        while idle:
+            conn = idle.pop()
+            if conn.reusable():
+                return conn
+        host, port, tls = origin
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, conn = await loop.create_connection(
+                    lambda: Connection(origin), host, port, ssl=self._ssl() if tls else None,
+                    server_hostname=host if tls else None)
+        except (OSError, TimeoutError) as exc:
+            what = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            raise errors.UpstreamUnavailable(upstream.UNREACHABLE, detail=what) from None
+        return conn
+
+    def _ssl(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
+
+    def release(self, conn: Connection) -> None:
+        self.idle[conn.origin].append(conn)
+
+    async def probe(self, url: str, timeout: float) -> int:
+        try:
+            async with asyncio.timeout(timeout):
+                resp = await self.send(base.UpstreamRequest("GET", url, b""))
+                try:
+                    await resp.read()
+                finally:
+                    await resp.aclose()
+                return resp.status
+        except (errors.GatewayError, TimeoutError):
+            return 0
+
+    async def aclose(self) -> None:
+        for conns in self.idle.values():
+            for conn in conns:
+                conn.close()
+        self.idle.clear()

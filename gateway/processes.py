@@ -1,0 +1,186 @@
+"""`server.workers: N`: N serving processes on one port; managed workers run once, by the parent.
+
+The parent binds N listening sockets to the port with SO_REUSEPORT and hands one to each
+serving process (spawned; uvicorn on uvloop): the kernel spreads new connections over the
+sockets by their address hash, where one shared accept queue would wake every process for each
+connection and let the quickest take most of them. The parent keeps the sockets, so a serving
+process that dies is restarted on its own socket and what queued there meanwhile is still
+served. The managed workers (`workers:`) are started, restarted and stopped by the parent
+alone; each serving process gates them into its own rotation by probing their health route
+(the same gate as one process uses), so no state has to be kept in step between processes.
+Metrics: prometheus_client's multiprocess mode, in a directory the parent makes and removes;
+/metrics in any process sums them all. SIGTERM or SIGINT to the parent: SIGTERM to every
+serving process (each drains its streams for `server.drain_seconds`), then the workers stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import tempfile
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import uvicorn
+
+from gateway import config, http1, metrics, observability, routing, supervisor
+
+RESTART_SECONDS = 1.0  # before a serving process that died is started again
+BACKLOG = 2048  # uvicorn's own default
+
+
+def count(setting: int | str) -> int:
+    """Serving processes for `server.workers`: `auto` is the CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if setting == "auto" else int(setting)
+
+
+def server(app: Any, cfg: config.ServerConfig, log_level: str = "warning") -> uvicorn.Server:
+    """The one uvicorn setup of every serving process: uvloop and httptools (see README,
+    Performance), no access log (the gateway writes its own line per request), uvicorn's
+    loggers left to the JSON handler `observability.configure` set (log_config=None), and no
+    X-Forwarded-* rewriting of the client address, which nothing here reads (uvicorn's
+    ProxyHeadersMiddleware wraps every request otherwise)."""
+    return observability.Server(uvicorn.Config(
+        app, host=cfg.host, port=cfg.port, loop="uvloop", http="httptools", lifespan="on",
+        log_level=log_level, log_config=None, access_log=False, backlog=BACKLOG,
+        proxy_headers=False, timeout_graceful_shutdown=round(cfg.drain_seconds)))
+
+
+def serve(cfg: config.Config, n: int, log_level: str) -> int:
+    """Run `n` serving processes and the managed workers until SIGTERM/SIGINT; exit code."""
+    cfg = fixed_worker_ports(cfg)
+    socks = listeners(cfg.server.host, cfg.server.port, n)
+    metrics_dir = tempfile.mkdtemp(prefix="gateway-metrics-")
+    os.environ[metrics.MULTIPROC_ENV] = metrics_dir  # read by the spawned processes at import
+    try:
+        import uvloop
+
+        uvloop.run(_parent(cfg, socks, log_level))
+    finally:
+        for s in socks:
+            s.close()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return 0
+
+
+def fixed_worker_ports(cfg: config.Config) -> config.Config:
+    """Managed workers without a port get a free one now: every serving process must probe
+    the very URL that the parent's worker listens on."""
+    fixed = tuple(w if w.port else w.model_copy(update={"port": supervisor.free_port(w.host)})
+                  for w in cfg.workers)
+    return cfg.model_copy(update={"workers": fixed})
+
+
+def listeners(host: str, port: int, n: int) -> list[socket.socket]:
+    """`n` listening sockets on one port (the first fixes it when `port` is 0)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket(family, socket.SOCK_STREAM)
+            socks.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            s.bind((host, port))
+            port = s.getsockname()[1]
+            s.listen(BACKLOG)
+    except OSError:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
+async def _parent(cfg: config.Config, socks: list[socket.socket], log_level: str) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    client = http1.Http1Client(cfg.server.timeouts.connect)
+    workers = supervisor.Supervisor(cfg, routing.Router(cfg), client)
+    try:
+        await workers.start()
+        kept = [ServingProcess(cfg, s, log_level) for s in socks]
+        tasks = [asyncio.ensure_future(p.keep(stop)) for p in kept]
+        await stop.wait()
+        for p in kept:
+            p.signal(signal.SIGTERM)
+        _, late = await asyncio.wait(tasks, timeout=cfg.server.drain_seconds + 5)
+        for p in kept:
+            p.signal(signal.SIGKILL)
+        await asyncio.gather(*late, return_exceptions=True)
+    finally:
+        await workers.stop()
+        await client.aclose()
+
+
+class ServingProcess:
+    """One serving process on its socket, started again if it dies before the parent stops."""
+
+    def __init__(self, cfg: config.Config, sock: socket.socket, log_level: str):
+        self.cfg = cfg
+        self.sock = sock
+        self.log_level = log_level
+        self.proc: BaseProcess | None = None
+
+    async def keep(self, stop: asyncio.Event) -> None:
+        log = observability.logger()
+        while not stop.is_set():
+            self.proc = multiprocessing.get_context("spawn").Process(
+                target=run_child, args=(self.cfg.model_dump(mode="json"), self.sock,
+                                        self.log_level), daemon=False)
+            self.proc.start()
+            await _exited(self.proc)
+            if self.proc.pid is not None:
+                metrics.process_gone(self.proc.pid)
+            if stop.is_set():
+                return
+            log.warning("serving_process_exited", pid=self.proc.pid, code=self.proc.exitcode,
+                        restart_in_s=RESTART_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), RESTART_SECONDS)
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.exitcode is None and self.proc.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, sig)
+
+
+async def _exited(proc: BaseProcess) -> None:
+    """Until `proc` exits: its sentinel fd becomes readable (no polling, no thread)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not done.done():
+            done.set_result(None)
+    loop.add_reader(proc.sentinel, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(proc.sentinel)
+    proc.join()
+
+
+def run_child(raw: dict[str, Any], sock: socket.socket, log_level: str) -> None:
+    """A serving process: the gateway app on the inherited socket, workers gated by health.
+    The config travels as its JSON form (the assembled config classes do not pickle)."""
+    supervisor.die_with_parent()
+    cfg = config.Config.model_validate(raw)
+    import structlog
+
+    from gateway import app, tracing
+
+    observability.configure(log_level)
+    # every log line of this process names it: which process served a request
+    structlog.contextvars.bind_contextvars(pid=os.getpid())
+    gc.set_threshold(20_000, 20, 20)  # as in cli.serve
+    application = app.build_app(cfg, traces=tracing.from_env(cfg.server.tracing, os.environ),
+                                manage_workers=False)
+    server(application, cfg.server, log_level).run(sockets=[sock])

@@ -1,0 +1,79 @@
+"""`server.workers: 2`: two serving processes on one port, the managed worker started once and
+healthy in both, metrics summed over both, and SIGTERM to the parent stopping every process."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway import cli, config, processes
+from tests.integration import procs
+
+pytestmark = pytest.mark.integration
+
+CONFIG = """\
+server: {workers: 2, drain_seconds: 2}
+default_model: demo
+models: [{name: demo, backend: vllm}]
+workers: [{kind: simulator, model: demo, args: [--ttft-ms, "0", --itl-ms, "0"]}]
+"""
+REQUESTS = 40
+
+
+def request_pids(log: str) -> list[int]:
+    """The `pid` of every request's log line."""
+    out = []
+    for line in log.splitlines():
+        if line.startswith("{") and '"event":"request"' in line:
+            out.append(int(json.loads(line)["pid"]))
+    return out
+
+
+def served_total(metrics_text: str) -> float:
+    return sum(float(m) for m in re.findall(
+        r'^gen_ai_server_request_duration_seconds_count\{[^}]*http_route="/v1/completions"'
+        r'[^}]*\} ([0-9.e+]+)$', metrics_text, re.M))
+
+
+def test_two_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
+    gw, url = procs.gateway(tmp_path, CONFIG)
+    try:
+        children = procs.children_of(gw.pid)
+        sims = [p for p in children if "simulator" in Path(f"/proc/{p}/cmdline").read_text()]
+        serving = [p for p in children if p not in sims]
+        assert len(sims) == 1, children  # the managed worker runs once, in the parent
+        body = {"model": "demo", "prompt": "hi", "max_tokens": 3}
+        for _ in range(REQUESTS):  # a new connection each: the kernel spreads them
+            with httpx.Client(timeout=10) as client:
+                assert client.post(url + "/v1/completions", json=body).status_code == 200
+        metrics_text = httpx.get(url + "/metrics", timeout=10).text
+        deadline = time.monotonic() + 10
+        while len(request_pids(gw.log.read_text())) < REQUESTS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = request_pids(gw.log.read_text())
+    finally:
+        code = gw.stop(grace=20)
+    assert len(pids) == REQUESTS
+    assert set(pids) <= set(serving) and len(set(pids)) == 2  # served by both processes
+    assert served_total(metrics_text) == REQUESTS  # summed over both processes
+    assert code == 0
+    deadline = time.monotonic() + 10
+    while any(procs.alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in children if procs.alive(p)]  # SIGTERM stopped every child
+
+
+def test_workers_setting_and_flag() -> None:
+    assert config.Config.model_validate({"server": {"workers": "auto"}}).server.workers == "auto"
+    assert processes.count("auto") >= 1 and processes.count(3) == 3
+    with pytest.raises(ValueError):
+        config.Config.model_validate({"server": {"workers": 0}})
+    assert cli.parser().parse_args(["serve", "--workers", "auto"]).workers == "auto"
+    assert cli.parser().parse_args(["serve", "--workers", "2"]).workers == 2
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["serve", "--workers", "0"])

@@ -1,0 +1,233 @@
+"""The Protocol-based upstream client against small scripted HTTP/1.1 servers on loopback:
+keep-alive reuse, chunked bodies read as they come, a stale idle connection retried once,
+unfinished bodies and cancellations closing the connection (the worker aborts), breaks and
+refusals mapped to the gateway's errors, and reading paused while the reader lags."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from adapters import base
+from gateway import http1
+from schemas import errors
+
+pytestmark = pytest.mark.anyio
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+
+class Server:
+    """A loopback server running `handler` per connection; counts connections and EOFs."""
+
+    def __init__(self, handler: Handler):
+        self.handler = handler
+        self.connections = 0
+        self.eofs = 0
+        self.closed = asyncio.Event()
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        async def run(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            try:
+                await self.handler(r, w)
+            finally:
+                w.close()
+
+        self.server = await asyncio.start_server(run, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    async def until_eof(self, r: asyncio.StreamReader) -> None:
+        """Wait (bounded) for the client to close: what a worker sees as an abort."""
+        async with asyncio.timeout(5):
+            while await r.read(65536):
+                pass
+        self.eofs += 1
+        self.closed.set()
+
+
+async def read_request(r: asyncio.StreamReader) -> bytes:
+    head = await r.readuntil(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    return head + await r.readexactly(length)
+
+
+def post(url: str, body: bytes = b"{}") -> base.UpstreamRequest:
+    return base.UpstreamRequest("POST", url + "/v1/chat/completions", body,
+                                {"content-type": "application/json", "x-request-id": "r1"})
+
+
+async def test_keep_alive_reuses_one_connection_and_frames_the_request() -> None:
+    seen: list[bytes] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while not r.at_eof():
+            try:
+                seen.append(await read_request(r))
+            except asyncio.IncompleteReadError:
+                return
+            w.write(OK)
+
+    srv = Server(handler)
+    async with srv as url:
+        client = http1.Http1Client(2.0)
+        for _ in range(3):
+            resp = await client.send(post(url, b'{"a":1}'))
+            assert resp.status == 200 and await resp.read() == b"ok"
+            await resp.aclose()
+        await client.aclose()
+    assert srv.connections == 1
+    port = url.rsplit(":", 1)[1]
+    assert seen[0] == (b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:" + port.encode()
+                       + b"\r\ncontent-type: application/json\r\nx-request-id: r1\r\n"
+                         b"content-length: 7\r\n\r\n{\"a\":1}")
+
+
+async def test_chunked_body_read_as_it_arrives() -> None:
+    go = asyncio.Event()
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await go.wait()
+        w.write(b"6\r\nsecond\r\n0\r\n\r\n")
+        await w.drain()
+
+    async with Server(handler) as url:
+        client = http1.Http1Client(2.0)
+        resp = await client.send(post(url))
+        assert await resp.read_chunk() == b"first"  # before the rest exists
+        go.set()
+        assert await resp.read_chunk() == b"second"
+        assert await resp.read_chunk() == b""
+        await resp.aclose()
+        await client.aclose()
+
+
+async def test_unfinished_body_closed_and_cancelled_request_close_the_connection() -> None:
+    srv: Server
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        if srv.connections == 1:
+            w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        await srv.until_eof(r)
+
+    srv = Server(handler)
+    async with srv as url:
+        client = http1.Http1Client(2.0)
+        resp = await client.send(post(url))
+        assert await resp.read_chunk() == b"abc"
+        await resp.aclose()  # the client went away mid-stream
+        async with asyncio.timeout(5):
+            await srv.closed.wait()
+        srv.closed.clear()
+        task = asyncio.ensure_future(client.send(post(url)))  # no status line comes
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with asyncio.timeout(5):
+            await srv.closed.wait()
+        assert srv.eofs == 2 and not client.idle.get(("127.0.0.1", int(url.rsplit(":", 1)[1]),
+                                                      False))
+        await client.aclose()
+
+
+async def test_idle_connection_closed_by_the_worker_is_replaced() -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(OK)
+        await w.drain()  # then close: a worker dropping an idle keep-alive connection
+
+    srv = Server(handler)
+    async with srv as url:
+        client = http1.Http1Client(2.0)
+        for _ in range(2):
+            resp = await client.send(post(url))
+            assert await resp.read() == b"ok"
+            await resp.aclose()
+            await asyncio.sleep(0.05)
+        await client.aclose()
+    assert srv.connections == 2
+
+
+async def test_breaks_and_refusals_map_to_gateway_errors() -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+        await w.drain()
+
+    async with Server(handler) as url:
+        client = http1.Http1Client(2.0)
+        resp = await client.send(post(url))
+        assert await resp.read_chunk() == b"partial"
+        with pytest.raises(errors.UpstreamBroken, match="broke off"):
+            await resp.read_chunk()
+        await resp.aclose()
+        await client.aclose()
+    client = http1.Http1Client(2.0)
+    with pytest.raises(errors.UpstreamUnavailable, match="could not be reached"):
+        await client.send(post(url))  # the server is gone: refused
+    assert await client.probe(url + "/health", 1.0) == 0
+    for bad in ("ftp://w:21", "http://:80", "http://w:99999"):  # tried once, never retried
+        with pytest.raises(errors.UpstreamError) as err:
+            await client.send(post(bad))
+        assert type(err.value) is errors.UpstreamError and "not valid" in err.value.message
+
+
+async def test_body_without_length_ends_with_the_connection() -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(b"HTTP/1.1 500 Internal Server Error\r\nconnection: close\r\n\r\nout of memory")
+        await w.drain()  # then close: the end of the body (RFC 9112 section 6.3)
+
+    async with Server(handler) as url:
+        client = http1.Http1Client(2.0)
+        resp = await client.send(post(url))
+        assert resp.status == 500 and await resp.read() == b"out of memory"
+        await resp.aclose()
+        await client.aclose()
+
+
+async def test_malformed_answer_before_the_status_is_retryable() -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(b"SMTP ready\r\n\r\n")
+        await w.drain()
+
+    async with Server(handler) as url:
+        client = http1.Http1Client(2.0)
+        with pytest.raises(errors.UpstreamUnavailable) as exc:
+            await client.send(post(url))
+        assert "malformed HTTP" in (exc.value.detail or "")  # the log line's, not the client's
+        await client.aclose()
+
+
+async def test_reading_pauses_while_the_reader_lags() -> None:
+    body = bytes(range(256)) * 4096  # 1 MiB
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        await w.drain()
+        await asyncio.sleep(1)
+
+    async with Server(handler) as url:
+        client = http1.Http1Client(2.0)
+        resp = await client.send(post(url))
+        await asyncio.sleep(0.2)  # the server has written all it can; we have read nothing
+        conn = resp._conn
+        assert conn.paused and conn.buffered < 4 * http1.HIGH_WATER
+        assert await resp.read() == body
+        await resp.aclose()
+        await client.aclose()
