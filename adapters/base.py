@@ -71,6 +71,17 @@ class UpstreamRequest:
     streaming: bool = False
 
 
+@dataclass(slots=True, frozen=True)
+class LoadGauges:
+    """Where a worker publishes its load, for least-request routing: Prometheus gauges on
+    `path`, summed over their label sets. `queued`: requests waiting for a batch slot;
+    `cache`: KV-cache usage as a fraction (0..1)."""
+
+    queued: tuple[str, ...]
+    cache: tuple[str, ...] = ()
+    path: str = "/metrics"
+
+
 class StreamEncoder(Protocol):
     """Encodes one response's canonical events into a client's wire bytes; holds its state."""
 
@@ -162,6 +173,16 @@ class Backend(Protocol):
 
     def health_path(self) -> str: ...
 
+    def load_gauges(self) -> LoadGauges | None:
+        """The worker's queue gauges, or None when it publishes none."""
+        ...
+
+    def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
+                     tokens_so_far: int) -> canonical.InferenceRequest | None:
+        """A request asking a worker to go on with an answer cut after `text_so_far` (the
+        text every client has already seen), or None when this worker cannot continue it."""
+        ...
+
 
 @dataclass(slots=True, frozen=True)
 class WorkerKind:
@@ -188,7 +209,7 @@ class ModelView:
     name: str
     aliases: tuple[str, ...]
     upstream_model: str
-    healthy: bool  # at least one upstream is registered
+    healthy: bool  # at least one upstream is in rotation (not ejected, probe passing)
     options: Mapping[str, Any] = field(default_factory=dict)
 
 

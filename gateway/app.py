@@ -16,6 +16,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from adapters import registry
 from gateway import (
     config,
+    health,
+    hooks,
     http1,
     metrics,
     observability,
@@ -45,8 +47,10 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
     `traces` (gateway.tracing) gives every request a span. `manage_workers=False` (a serving
     process of several): the managed workers are run by the parent process, and this one only
     gates them into rotation by their health."""
-    router = routing.Router(cfg)
-    services = serving.Services(cfg, router, pipeline.Pipeline(_Unstarted(), cfg.server),
+    router = routing.Router(cfg, hooks.Events())
+    flow = pipeline.Pipeline(_Unstarted(), cfg.server)
+    flow.on_failover = hooks.failover
+    services = serving.Services(cfg, router, flow,
                                 keys=frozenset(cfg.server.api_keys), tracing=traces)
     metrics.declare(router)
 
@@ -58,6 +62,7 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
         app.state.supervisor = workers
         sets = [r.upstreams for r in router.routes.values() if r.upstreams.to_resolve]
         dns = asyncio.ensure_future(resolver.refresh_forever(sets, DNS_REFRESH_SECONDS))
+        watchers = health.start(router.routes.values(), client, cfg.server.health)
         try:
             await workers.start(manage=manage_workers)
             gc.collect()
@@ -67,6 +72,8 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
             yield
         finally:
             dns.cancel()
+            for w in watchers:
+                w.cancel()
             await workers.stop()
             await client.aclose()
             if traces is not None:

@@ -1,15 +1,35 @@
-"""A model's upstream set: round-robin over base URLs, changed live by DNS and the supervisor.
+"""A model's upstream set: which workers are in rotation now, and which one a request tries first.
 
 A configured `http://` upstream whose host is a DNS name (a Kubernetes headless Service, say)
 stands for every address the name resolves to; `gateway.resolver` refreshes that expansion,
 so scaling workers needs no gateway restart. Managed workers are added once healthy.
+
+Health, as Envoy's outlier detection does it: an upstream failing `eject_after` times in a
+row is ejected for a backoff that doubles after each failed half-open trial (one request
+let through once the backoff is over); an active probe that fails takes it out until one
+passes. An ejected upstream is not offered at all, so it costs requests nothing, unless every
+upstream of the model is ejected: then all those whose probe passes are tried anyway (Envoy's
+panic mode), since refusing without trying helps no one.
+
+Choice (`models[].routing`): `least_request` is power of two choices (Mitzenmacher) on the
+gateway's in-flight count plus the worker's published queue; `round_robin`; `prefix` is
+consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam 2016) on the prompt's
+leading text, so turns of a conversation and users of a system prompt meet the same KV cache.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import itertools
+import random
+import time
+from dataclasses import dataclass
+from typing import Literal, Protocol
 from urllib.parse import urlsplit
+
+from gateway import affinity, config
+
+Policy = Literal["least_request", "round_robin", "prefix"]
 
 
 def dns_name(url: str) -> str | None:
@@ -25,20 +45,78 @@ def dns_name(url: str) -> str | None:
     return None
 
 
-class Upstreams:
-    """Static upstreams from the config (DNS-expanded) plus managed workers."""
+class Listener(Protocol):
+    """Told when an upstream leaves or rejoins rotation (gateway.hooks: logs and metrics)."""
 
-    def __init__(self, static: tuple[str, ...] = ()):
+    def ejected(self, model: str, url: str, backoff: float) -> None: ...
+
+    def restored(self, model: str, url: str) -> None: ...
+
+    def probe_changed(self, model: str, url: str, ok: bool) -> None: ...
+
+
+class Quiet:
+    """A listener that does nothing (unit tests, tools)."""
+
+    def ejected(self, model: str, url: str, backoff: float) -> None:
+        return None
+
+    def restored(self, model: str, url: str) -> None:
+        return None
+
+    def probe_changed(self, model: str, url: str, ok: bool) -> None:
+        return None
+
+
+@dataclass(slots=True)
+class Health:
+    """One upstream's standing: passive failures, ejection, probe result, load."""
+
+    failures: int = 0  # consecutive
+    ejected_until: float = 0.0  # 0: in rotation; else ejected (half-open once it has passed)
+    backoff: float = 0.0  # length of the current ejection
+    trial: bool = False  # the one half-open request is out
+    probe_ok: bool = True
+    in_flight: int = 0
+    queued: float = 0.0  # the worker's own waiting queue, from its /metrics
+
+    def available(self, now: float) -> bool:
+        if not self.probe_ok:
+            return False
+        return self.ejected_until == 0.0 or (self.ejected_until <= now and not self.trial)
+
+
+class Upstreams:
+    """Static upstreams from the config (DNS-expanded) plus managed workers, with health."""
+
+    def __init__(self, static: tuple[str, ...] = (), policy: Policy = "round_robin",
+                 health: config.HealthConfig | None = None,
+                 clock: affinity.Clock = time.monotonic, model: str = "",
+                 listener: Listener | None = None):
         self._static = list(static)
         self._resolved: dict[str, list[str]] = {}
         self._managed: list[str] = []
         self._counter = itertools.count()
         self._all: list[str] = []
+        self._static_all: list[str] = []
+        self.policy = policy
+        self.settings = health or config.HealthConfig()
+        self.health: dict[str, Health] = {}
+        self.ring = affinity.Ring()
+        self.clock = clock
+        self.model = model  # for the events it reports
+        self.listener: Listener = listener or Quiet()
         self._rebuild()
 
     @property
     def all(self) -> list[str]:
         return self._all
+
+    @property
+    def static(self) -> list[str]:
+        """Configured upstreams as expanded now: the ones the gateway probes itself (managed
+        workers are probed by their supervisor)."""
+        return self._static_all
 
     @property
     def to_resolve(self) -> list[str]:
@@ -51,8 +129,10 @@ class Upstreams:
             self._rebuild()
 
     def add(self, url: str) -> None:
+        """A managed worker that passed its health gate: a fresh start, whatever its URL did."""
         if url not in self._managed:
             self._managed.append(url)
+            self.health.pop(url, None)
             self._rebuild()
 
     def remove(self, url: str) -> None:
@@ -66,12 +146,96 @@ class Upstreams:
             for u in self._resolved.get(url) or [url]:
                 if u not in out:
                     out.append(u)
+        self._static_all = list(out)
         self._all = out + [u for u in self._managed if u not in out]
+        self.health = {u: self.health.get(u) or Health() for u in self._all}
+        self.ring = affinity.Ring(self._all)
 
-    def order(self) -> list[str]:
-        """Every upstream once, starting at the next in turn: attempt 1 there, retries after."""
-        urls = self._all
-        if not urls:
-            return []
+    def healthy(self) -> list[str]:
+        """Upstreams a request may be sent to now (a half-open one counts until its trial)."""
+        now = self.clock()
+        return [u for u in self._all if self.health[u].available(now)]
+
+    def in_rotation(self) -> list[str]:
+        """Upstreams neither ejected (half-open ones included) nor failing their probe: what
+        /health, readiness and the health gauge count."""
+        return [u for u in self._all
+                if self.health[u].probe_ok and not self.health[u].ejected_until]
+
+    def order(self, key: str | None = None) -> list[str]:
+        """Every available upstream once, the policy's choice first: attempt 1 there, retries
+        after. `key` is the prompt's leading text, used by `prefix` only."""
+        urls = self.healthy() or [u for u in self._all if self.health[u].probe_ok]  # panic
+        if len(urls) < 2:
+            return urls
+        if self.policy == "least_request":
+            return self._least_request(urls)
+        if self.policy == "prefix" and key is not None:
+            return self.ring.walk(key, urls, self._load, affinity.EPSILON)
         start = next(self._counter) % len(urls)
         return urls[start:] + urls[:start]
+
+    def _load(self, url: str) -> float:
+        h = self.health[url]
+        return h.in_flight + h.queued
+
+    def _least_request(self, urls: list[str]) -> list[str]:
+        """Power of two choices: the lighter of two random upstreams, then the rest by load."""
+        a, b = random.sample(urls, 2)
+        first = a if self._load(a) <= self._load(b) else b
+        rest = sorted((u for u in urls if u != first), key=self._load)
+        return [first, *rest]
+
+    # Request accounting: begin/end bracket an attempt; succeeded/failed judge the worker.
+
+    def begin(self, url: str) -> None:
+        h = self.health.get(url)
+        if h is not None:
+            h.in_flight += 1
+            if h.ejected_until:
+                h.trial = True
+
+    def end(self, url: str) -> None:
+        """An attempt is over; a half-open trial that ended without a verdict (its client
+        left) lets the next request try."""
+        h = self.health.get(url)
+        if h is not None:
+            h.in_flight = max(0, h.in_flight - 1)
+            h.trial = False
+
+    def succeeded(self, url: str) -> None:
+        h = self.health.get(url)
+        if h is not None:
+            if h.ejected_until:
+                self.listener.restored(self.model, url)
+            h.failures, h.ejected_until, h.backoff, h.trial = 0, 0.0, 0.0, False
+
+    def failed(self, url: str) -> bool:
+        """Count a worker failure (never a 4xx); True when it ejected the upstream."""
+        h = self.health.get(url)
+        if h is None:
+            return False
+        h.failures += 1
+        s = self.settings
+        if h.ejected_until:  # a failed half-open trial: out again, for longer
+            h.backoff = min(h.backoff * 2, s.backoff_max)
+        elif h.failures >= s.eject_after:
+            h.backoff = s.backoff
+        else:
+            return False
+        h.trial = False
+        h.ejected_until = self.clock() + h.backoff
+        self.listener.ejected(self.model, url, h.backoff)
+        return True
+
+    def probed(self, url: str, ok: bool) -> None:
+        h = self.health.get(url)
+        if h is not None:
+            if h.probe_ok != ok:
+                self.listener.probe_changed(self.model, url, ok)
+            h.probe_ok = ok
+
+    def loaded(self, url: str, queued: float) -> None:
+        h = self.health.get(url)
+        if h is not None:
+            h.queued = queued

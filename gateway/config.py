@@ -61,6 +61,17 @@ class Timeouts(_Frozen):
     request_read: float = Field(30, gt=0)
 
 
+class HealthConfig(_Frozen):
+    """Passive ejection and active probing of upstreams (SPEC.md, Routing, health and failover)."""
+
+    eject_after: int = Field(3, ge=1)  # consecutive failures that eject an upstream
+    backoff: float = Field(1.0, gt=0)  # first ejection; doubles after each failed trial
+    backoff_max: float = Field(30, gt=0)
+    probe_interval: float = Field(5, gt=0)  # health route of static and DNS-expanded upstreams
+    probe_timeout: float = Field(2, gt=0)
+    load_interval: float = Field(1, gt=0)  # workers' /metrics queue gauges (least_request)
+
+
 class ServerConfig(_Frozen):
     host: str = "0.0.0.0"
     port: int = Field(8080, ge=0, le=65535)
@@ -70,6 +81,8 @@ class ServerConfig(_Frozen):
     timeouts: Timeouts = Timeouts()
     retries: int = Field(2, ge=0, le=10)  # further attempts before the first byte
     drain_seconds: float = Field(30, ge=0)  # SIGTERM: time given to in-flight streams
+    failover_attempts: int = Field(1, ge=0, le=10)  # continuations of a stream cut mid-way
+    health: HealthConfig = HealthConfig()
     # serving processes on the one port; "auto": one per CPU this process may run on
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
     # OpenTelemetry spans (the `otel` extra): auto = when OTEL_TRACES_EXPORTER or an
@@ -95,6 +108,7 @@ class ModelFields(_Frozen):
     backend: str = registry.DEFAULT_BACKEND  # a worker protocol (registry.BACKENDS)
     upstreams: tuple[BaseUrl, ...] = ()
     upstream_model: str | None = None
+    routing: Literal["least_request", "round_robin", "prefix"] = "least_request"
     chat_template: str | None = None
     # A Hugging Face tokenizer.json, or a model directory holding one: token ids for clients
     # whose format carries them when the worker gives none (gateway/tokenizer.py).

@@ -149,13 +149,14 @@ def refresh_upstreams(router: Router) -> None:
     """Health of every listed upstream; upstreams no longer listed (a worker pod gone from
     DNS, a stopped managed worker) lose their series, so churn does not pile them up."""
     listed = {(r.name, url) for r in router.routes.values() for url in r.upstreams.all}
+    rotation = {(r.name, url) for r in router.routes.values() for url in r.upstreams.in_rotation()}
     for gone in _listed - listed:
         UPSTREAM_HEALTHY.remove(*gone)
         _ejected.discard(gone)
     _listed.clear()
     _listed.update(listed)
     for key in listed:
-        UPSTREAM_HEALTHY.labels(*key).set(0 if key in _ejected else 1)
+        UPSTREAM_HEALTHY.labels(*key).set(1 if key in rotation and key not in _ejected else 0)
 
 
 def exposition(router: Router) -> bytes:

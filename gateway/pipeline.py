@@ -5,20 +5,25 @@ early failure still gets a real status and may be retried on another upstream (t
 bounded, jittered backoff, only `UpstreamUnavailable`). After that, events flow one batch per
 upstream read; a stream that ends without its terminal event raises, and closing the iterator
 (client gone) closes the upstream connection at once so the worker aborts.
+
+Every attempt is accounted to its upstream (in flight while it runs; a worker failure counts
+toward ejection, a 4xx never does). A stream whose worker fails after the first byte is
+continued on another worker (`server.failover_attempts`) when the backend can build the
+continuation: the client keeps one stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import tenacity
 
 from adapters import base
-from gateway import config, routing, upstream
+from gateway import affinity, balancer, config, routing, upstream
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -43,6 +48,7 @@ class Attempt:
     attempts: int = 0
     status: int | None = None
     errors: list[str] = field(default_factory=list)
+    failovers: int = 0
     observer: AttemptObserver | None = None
 
 
@@ -54,6 +60,28 @@ class Opened:
     decoder: base.StreamDecoder
     first: list[ev.Event]
     more: bool  # False once the body is fully read
+    url: str = ""
+    job: Job | None = None  # what a failover needs to ask another worker
+    released: bool = False
+
+    async def close(self, upstreams: balancer.Upstreams | None) -> None:
+        """Close the answer and end its upstream's in-flight count, once."""
+        if not self.released:
+            self.released = True
+            if upstreams is not None:
+                upstreams.end(self.url)
+            await asyncio.shield(self.resp.aclose())
+
+
+@dataclass(slots=True)
+class Job:
+    """One request's route and canonical form, kept for a continuation."""
+
+    route: routing.Route
+    req: canonical.InferenceRequest
+    request_id: str
+    note: Attempt
+    tries: int = 0  # attempts of this open(): the index into its order
 
 
 class Pipeline:
@@ -61,15 +89,23 @@ class Pipeline:
         self.client = client
         self.timeouts = server.timeouts
         self.retries = server.retries
+        self.failover_attempts = server.failover_attempts
+        # (model, failed upstream, upstream continuing or None, tokens so far): gateway.hooks
+        self.on_failover: Callable[[str, str, str | None, int], None] = lambda *_: None
 
     async def open(self, route: routing.Route, req: canonical.InferenceRequest,
-                   request_id: str, note: Attempt) -> Opened:
+                   request_id: str, note: Attempt, avoid: str | None = None) -> Opened:
         """Send to the model's upstreams in turn until one answers with a first event."""
-        order = route.upstreams.order()
+        ups = route.upstreams
+        order = ups.order(affinity.prefix_key(req) if ups.policy == "prefix" else None)
+        if avoid is not None and len(order) > 1 and avoid in order:
+            order.remove(avoid)  # a continuation goes elsewhere first
+            order.append(avoid)
         if not order:
             raise errors.UpstreamUnavailable(f"model `{route.name}` has no healthy upstream")
+        job = Job(route, req, request_id, note)
         try:  # the first attempt costs no retry machinery
-            return await self._attempt(route, req, order, request_id, note)
+            return await self._attempt(job, order)
         except errors.UpstreamUnavailable:
             if not self.retries:
                 raise
@@ -82,22 +118,35 @@ class Pipeline:
         )
         async for attempt in retrying:
             with attempt:
-                return await self._attempt(route, req, order, request_id, note)
+                return await self._attempt(job, order)
         raise AssertionError("unreachable: tenacity reraises")
 
-    async def _attempt(self, route: routing.Route, req: canonical.InferenceRequest,
-                       order: list[str], request_id: str, note: Attempt) -> Opened:
-        """One attempt, on the next upstream in `order`."""
-        url = order[note.attempts % len(order)]
+    async def _attempt(self, job: Job, order: list[str]) -> Opened:
+        """One attempt, on the next upstream in `order`, accounted to that upstream."""
+        note, ups = job.note, job.route.upstreams
+        url = order[job.tries % len(order)]
+        job.tries += 1
         note.attempts += 1
         note.upstream = url
+        ups.begin(url)
         try:
-            return await self._once(route, req, url, request_id, note)
-        except errors.GatewayError as exc:
-            note.errors.append(f"{url}: {exc.message}" + (f" ({exc.detail})" if exc.detail else ""))
-            if note.observer is not None:
-                note.observer.end(url, exc)
+            opened = await self._once(job.route, job.req, url, job.request_id, note)
+        except BaseException as exc:
+            ups.end(url)
+            if isinstance(exc, errors.UpstreamError):
+                ups.failed(url)
+            elif isinstance(exc, errors.GatewayError):
+                ups.succeeded(url)  # it answered: a 4xx is the request's fault
+            if isinstance(exc, errors.GatewayError):
+                note.errors.append(f"{url}: {exc.message}"
+                                   + (f" ({exc.detail})" if exc.detail else ""))
+                if note.observer is not None:
+                    note.observer.end(url, exc)
             raise
+        if not opened.more:  # a stream is judged at its end (a break after the first byte
+            ups.succeeded(url)  # counts toward ejection too)
+        opened.url, opened.job = url, job
+        return opened
 
     async def _once(self, route: routing.Route, req: canonical.InferenceRequest, url: str,
                     request_id: str, note: Attempt) -> Opened:
@@ -134,8 +183,57 @@ class Pipeline:
             raise errors.UpstreamUnavailable(exc.message, detail=exc.detail) from exc
         return Opened(resp, dec, dec.close(), False)
 
-    async def batches(self, opened: Opened) -> AsyncIterator[list[ev.Event]]:
-        """Event batches, one per upstream read; the upstream is closed however this ends."""
+    def batches(self, opened: Opened) -> AsyncGenerator[list[ev.Event], None]:
+        """Event batches, one per upstream read; the upstream is closed however this ends. A
+        stream that may be continued elsewhere is relayed through `_resilient`."""
+        job = opened.job
+        if (self.failover_attempts and opened.more and job is not None and job.req.stream
+                and job.route.backend.continuation(job.req, "", 0) is not None):
+            return self._resilient(opened, job)
+        return self._relay(opened)
+
+    async def _resilient(self, opened: Opened, job: Job) -> AsyncGenerator[list[ev.Event], None]:
+        """Relay, noting the text and tokens the client got; when the worker fails after the
+        first byte, ask another for the rest (Role events of the new stream dropped; its usage
+        counts the answer as one: the client's prompt, every completion token)."""
+        seen = Progress()
+        current, left = opened, self.failover_attempts
+        while True:
+            relay = self._relay(current)
+            try:
+                async for batch in relay:
+                    if seen.track(batch):
+                        yield batch
+                return
+            except (errors.UpstreamBroken, errors.UpstreamTimeout) as exc:
+                if not left or seen.mixed:
+                    raise
+                left -= 1
+                current = await self._continue(job, seen, current.url, exc)
+            finally:
+                await relay.aclose()  # at once, not at GC: the worker aborts when we go
+
+    async def _continue(self, job: Job, seen: Progress, failed: str,
+                        cause: errors.GatewayError) -> Opened:
+        """Open the continuation on another upstream, or re-raise `cause`."""
+        text = "".join(seen.texts)
+        cont = job.route.backend.continuation(job.req, text, seen.tokens)
+        if cont is None:
+            raise cause
+        job.note.failovers += 1
+        if job.note.observer is not None:  # the cut attempt ends here, as a failed one
+            job.note.observer.end(failed, cause)
+        try:
+            opened = await self.open(job.route, cont, job.request_id, job.note, avoid=failed)
+        except errors.GatewayError:
+            self.on_failover(job.route.name, failed, None, seen.tokens)
+            raise cause from None
+        self.on_failover(job.route.name, failed, opened.url, seen.tokens)
+        seen.continued()
+        return opened
+
+    async def _relay(self, opened: Opened) -> AsyncGenerator[list[ev.Event], None]:
+        """Event batches of one upstream answer, one per read."""
         loop = asyncio.get_running_loop()
         dog = IdleWatchdog(loop, self.timeouts.idle)
         try:
@@ -159,9 +257,60 @@ class Pipeline:
                 dog.last = loop.time()
                 if out := opened.decoder.feed(data):
                     yield out
+            if opened.job is not None:
+                opened.job.route.upstreams.succeeded(opened.url)
+        except (errors.UpstreamBroken, errors.UpstreamTimeout):
+            if opened.job is not None:  # the worker failed after its first byte
+                opened.job.route.upstreams.failed(opened.url)
+            raise
         finally:
             dog.cancel()
-            await asyncio.shield(opened.resp.aclose())
+            await opened.close(opened.job.route.upstreams if opened.job else None)
+
+
+_OPENING = (ev.Role, ev.PromptInfo)  # a continuation's own opening: not the client's
+
+
+class Progress:
+    """What the client has been sent of choice 0: its text pieces and a token count (one per
+    text event unless the worker gave ids), for a continuation. `mixed`: something besides
+    plain text went out (reasoning, a tool call), which no continuation can carry on."""
+
+    __slots__ = ("base", "mixed", "resumed", "texts", "tokens")
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.tokens = 0
+        self.base = 0  # tokens sent before the current worker took over
+        self.mixed = False
+        self.resumed = False
+
+    def track(self, batch: list[ev.Event]) -> bool:
+        """Note a batch on its way out (a few type checks per event: this runs per chunk);
+        False when nothing of it is left to send."""
+        for e in batch:
+            kind = type(e)
+            if kind is ev.TextDelta:
+                self.texts.append(e.text)  # type: ignore[union-attr]
+                ids = e.token_ids  # type: ignore[union-attr]
+                self.tokens += len(ids) if ids else 1
+            elif kind is ev.ReasoningDelta or kind is ev.ToolCallDelta:
+                self.mixed = True
+        return self._after_resume(batch) if self.resumed else True
+
+    def _after_resume(self, batch: list[ev.Event]) -> bool:
+        """A continuation's events as the client's one stream: its opening dropped, its usage
+        counting the client's prompt and every completion token."""
+        batch[:] = [e for e in batch if type(e) not in _OPENING]
+        for e in batch:
+            if type(e) is ev.Usage:
+                e.prompt_tokens = max(0, e.prompt_tokens - self.base)
+                e.completion_tokens += self.base
+        return bool(batch)
+
+    def continued(self) -> None:
+        self.base = self.tokens
+        self.resumed = True
 
 
 class IdleWatchdog:

@@ -56,7 +56,8 @@ def chat_template_text(value: str | None, index: int) -> str | None:
 class Router:
     """Resolves client-facing model names; `None` means the default model."""
 
-    def __init__(self, cfg: config.Config):
+    def __init__(self, cfg: config.Config, listener: balancer.Listener | None = None):
+        """`listener` hears the upstreams' health changes (the app passes gateway.hooks)."""
         self.routes: dict[str, Route] = {}
         self._by_name: dict[str, Route] = {}
         for i, m in enumerate(cfg.models):
@@ -68,8 +69,9 @@ class Router:
                 # the worker may name tokens by id (vLLM return_tokens_as_token_ids)
                 "tokenizer": vocab is not None,
                 "special_token_ids": vocab.special if vocab else frozenset()}
-            route = Route(m, registry.backend(m.backend), balancer.Upstreams(m.upstreams),
-                          options, vocab)
+            ups = balancer.Upstreams(m.upstreams, m.routing, cfg.server.health, model=m.name,
+                                     listener=listener)
+            route = Route(m, registry.backend(m.backend), ups, options, vocab)
             self.routes[m.name] = route
             for name in (m.name, *m.aliases):
                 self._by_name[name] = route

@@ -108,10 +108,13 @@ class ProtocolEndpoint:
         opened = await s.pipeline.open(route, req, x.request_id, x.note)
         x.first_event_at = time.perf_counter()
         batches = s.pipeline.batches(opened)
-        if req.stream:
-            await self._stream(t, meta, batches, x, send)
-        else:
-            await self._whole(t, meta, batches, x, send)
+        try:
+            if req.stream:
+                await self._stream(t, meta, batches, x, send)
+            else:
+                await self._whole(t, meta, batches, x, send)
+        finally:  # however it ended: the upstream closed, its in-flight count ended
+            await opened.close(route.upstreams)
 
     async def _stream(self, t: base.Translator, meta: base.ResponseMeta,
                       batches: Any, x: Exchange, send: Send) -> None:
@@ -258,7 +261,7 @@ class StatusEndpoint:
     def view(self) -> base.GatewayView:
         s = self.services
         models = tuple(
-            base.ModelView(r.name, r.config.aliases, r.upstream_model, bool(r.upstreams.all),
+            base.ModelView(r.name, r.config.aliases, r.upstream_model, bool(r.upstreams.in_rotation()),
                            r.options)
             for r in s.router.routes.values())
         default = s.router.default

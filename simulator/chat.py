@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from simulator import directives, jobs, render, tokens
+from simulator import directives, jobs, render, resume, tokens
 from simulator.jobs import SimError
 from simulator.settings import SimulatorSettings
 
@@ -150,19 +150,19 @@ def parse(
         body, "max_tokens", None
     )
     n, temperature, seed = jobs.sampling(body, max_tokens)
-    prompt = tokens.encode_chat(msgs)
     extra = {"tool": tool, "json_props": _json_props(body)}
-    spec = jobs.gen_spec(
-        body,
-        settings,
-        faults,
-        len(prompt),
-        max_tokens,
-        reasoning=_reasoning(body, settings, faults),
-        **extra,
-    )
-    prompt_key = tokens.digest(*(f"{r}:{t}" for r, t in msgs))
-    outcomes = jobs.generate_choices(settings, spec, prompt_key, n, (seed, temperature))
+    reasoning = _reasoning(body, settings, faults)
+    resumed = _resumed(body, msgs, settings, faults, max_tokens, (n, seed, temperature))
+    if resumed is not None:
+        prompt, outcomes, faults = resumed
+        common["faults"] = faults
+    else:
+        prompt = tokens.encode_chat(msgs)
+        spec = jobs.gen_spec(
+            body, settings, faults, len(prompt), max_tokens, reasoning=reasoning, **extra
+        )
+        prompt_key = tokens.digest(*(f"{r}:{t}" for r, t in msgs))
+        outcomes = jobs.generate_choices(settings, spec, prompt_key, n, (seed, temperature))
     return jobs.Job(
         chat=True,
         model=model,
@@ -173,6 +173,36 @@ def parse(
         logprobs=logprobs,
         **common,
     )
+
+
+def _resumed(
+    body: dict[str, Any],
+    msgs: list[tuple[str, str]],
+    settings: SimulatorSettings,
+    faults: directives.Directives,
+    max_tokens: int | None,
+    sampling: tuple[int, int | None, float | None],
+) -> tuple[list[int], list[tokens.Outcome], directives.Directives] | None:
+    """`continue_final_message` on an assistant turn that starts this worker's own answer to
+    the turns before it: that answer's remaining tokens (see simulator.resume)."""
+    n, seed, temperature = sampling
+    if not body.get("continue_final_message") or len(msgs) < 2 or msgs[-1][0] != "assistant":
+        return None
+    base, prefix = msgs[:-1], msgs[-1][1]
+    if n != 1 or not prefix or body.get("tools") or body.get("response_format"):
+        return None
+    head = tokens.encode_chat(base)
+    given = len(prefix.split())
+    spec = jobs.gen_spec(
+        body, settings, faults, len(head), None if max_tokens is None else max_tokens + given
+    )
+    key = tokens.digest(*(f"{r}:{t}" for r, t in base))
+    outcome = jobs.generate_choices(settings, spec, key, 1, (seed, temperature))[0]
+    k = resume.resume_at(outcome, prefix)
+    if k is None:
+        return None
+    resume.trim(outcome, k, prefix)
+    return head + tokens.encode(prefix), [outcome], resume.uncut(faults)
 
 
 def _logprob_entry(tok: tokens.Token, k: int, as_ids: bool = False) -> dict[str, Any]:

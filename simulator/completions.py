@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from simulator import directives, jobs, render, tokens
+from simulator import directives, jobs, render, resume, tokens
 from simulator.jobs import SimError
 from simulator.settings import SimulatorSettings
 
@@ -81,6 +81,15 @@ def parse(
     has_max = "max_tokens" in body
     max_tokens = jobs.int_field(body, "max_tokens", None) if has_max else _DEFAULT_MAX_TOKENS
     n, temperature, seed = jobs.sampling(body, max_tokens)
+    resumed = None
+    if len(prompts) == 1 and n == 1 and prompts[0][0] and not body.get("echo"):
+        resumed = _resumed(body, prompts[0][0], settings, faults, max_tokens, (seed, temperature))
+    if resumed is not None:
+        outcome, common["faults"] = resumed
+        return jobs.Job(
+            chat=False, model=model, n=1, prompts=[prompts[0][1]],
+            prompt_texts=[prompts[0][0]], outcomes=[outcome], logprobs=logprobs, **common,
+        )
     outcomes = []
     for text, ids in prompts:
         spec = jobs.gen_spec(body, settings, faults, len(ids), max_tokens)
@@ -97,6 +106,33 @@ def parse(
         echo=bool(body.get("echo")),
         **common,
     )
+
+
+def _resumed(
+    body: dict[str, Any],
+    prompt: str,
+    settings: SimulatorSettings,
+    faults: directives.Directives,
+    max_tokens: int | None,
+    sampling: tuple[int | None, float | None],
+) -> tuple[tokens.Outcome, directives.Directives] | None:
+    """A prompt that ends with the start of this worker's own answer to the text before it:
+    that answer's remaining tokens (see simulator.resume). Cut points are tried from the end;
+    a candidate is generated in full only when its first token matches."""
+    seed, temperature = sampling
+    for base, given in resume.splits(prompt):
+        key = jobs.choice_key(settings, tokens.digest(base), seed, temperature, 0)
+        if not given.startswith(resume.first_word(key)):
+            continue
+        words = len(given.split())
+        limit = None if max_tokens is None else max_tokens + words
+        spec = jobs.gen_spec(body, settings, faults, 1 + len(tokens.encode(base)), limit)
+        outcome = tokens.generate(spec, key)
+        k = resume.resume_at(outcome, given)
+        if k is not None:
+            resume.trim(outcome, k, given)
+            return outcome, resume.uncut(faults)
+    return None
 
 
 def _logprobs(toks: list[tokens.Token], k: int, offset: int,

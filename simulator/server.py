@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from simulator import chat, completions, directives, jobs, render, tokens
+from simulator import chat, completions, directives, engine, jobs, render, tokens
 from simulator.control import Connection, Stats
 from simulator.settings import SimulatorSettings
 
@@ -102,10 +102,12 @@ class SimulatorApp:
     def __init__(self, settings: SimulatorSettings) -> None:
         self.settings = settings
         self.stats = Stats()
+        self.engine = engine.Engine(settings)
         self.fails = directives.FailMemory()
         self.last_request: dict[str, Any] = {"path": None, "headers": {}, "body": None}
         self.routes: dict[str, tuple[str, Callable[[Scope, Receive, Send], Awaitable[None]]]] = {
             "/health": ("GET", self._health),
+            "/metrics": ("GET", self._metrics),
             "/v1/models": ("GET", self._models),
             "/v1/chat/completions": ("POST", self._generate),
             "/v1/completions": ("POST", self._generate),
@@ -142,6 +144,14 @@ class SimulatorApp:
             {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]}
         )
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """vLLM /metrics: Prometheus text with the engine's queue and cache gauges."""
+        body = self.engine.metrics()
+        headers = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+                   (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
         """vLLM /v1/models."""
@@ -208,12 +218,22 @@ class SimulatorApp:
                     faults.fail,
                     render.error_type(faults.fail),
                 )
+            if self.settings.fail_status:
+                status = self.settings.fail_status
+                raise jobs.SimError("Simulated failure (--fail-status)", status,
+                                    render.error_type(status))
             job = endpoint.parse(body, self.settings, faults, rid)
         except (jobs.SimError, directives.DirectiveError) as exc:
             err = exc if isinstance(exc, jobs.SimError) else jobs.SimError(str(exc))
             return await self._error(conn, err, extra)
         r = _RENDERS[job.chat](job)
-        await (_stream(job, r, conn, extra) if job.stream else _whole(job, r, conn, extra))
+        async with self.engine.slot():
+            job.ttft_s += self.engine.prefill_s(job.prompts[0])
+            await (
+                _stream(job, r, conn, extra, self.engine)
+                if job.stream
+                else _whole(job, r, conn, extra)
+            )
 
     async def _error(
         self, conn: Connection, err: jobs.SimError, extra: list[tuple[bytes, bytes]]
@@ -245,22 +265,28 @@ async def _fault(job: jobs.Job, conn: Connection) -> None:
 
 
 async def _stream(
-    job: jobs.Job, r: render.Render, conn: Connection, extra: list[tuple[bytes, bytes]]
+    job: jobs.Job,
+    r: render.Render,
+    conn: Connection,
+    extra: list[tuple[bytes, bytes]],
+    pace: engine.Engine,
 ) -> None:
-    """SSE: role chunks with the first tokens after TTFT, a step per ITL, usage, [DONE]."""
+    """SSE: role chunks with the first tokens after TTFT, a step per ITL (longer in a bigger
+    batch), usage, [DONE]."""
     send, outcomes, cut = conn.send, job.outcomes, job.faults.cut_after
     await send(
         {"type": "http.response.start", "status": 200, "headers": render.SSE_HEADERS + extra}
     )
     loop = asyncio.get_running_loop()
-    first = loop.time() + job.ttft_s  # steps keep to absolute times: no drift under load
+    due = loop.time() + job.ttft_s  # steps keep to absolute times: no drift under load
     await asyncio.sleep(job.ttft_s)
     pending = r.opening()
     for k in range(max(len(o.tokens) for o in outcomes)):
         if k == cut:
             return await _fault(job, conn)
         if k:  # sleep(0) at itl 0 still lets other streams (and the watcher) run
-            await asyncio.sleep(max(0.0, first + k * job.itl_s - loop.time()))
+            due += job.itl_s * pace.step_factor()
+            await asyncio.sleep(max(0.0, due - loop.time()))
         chunks = [r.step(c, k) for c, o in enumerate(outcomes) if k < len(o.tokens)]
         await send(
             {"type": "http.response.body", "body": pending + b"".join(chunks), "more_body": True}
@@ -316,6 +342,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=d.tokens, help="natural output length")
     parser.add_argument("--reasoning", action="store_true", help="emit reasoning_content first")
     parser.add_argument("--seed", type=int, default=d.seed, help="changes every output")
+    parser.add_argument("--max-batch", type=int, default=d.max_batch,
+                        help="requests decoded at once; more wait in a queue (0: no limit)")
+    parser.add_argument("--batch-slowdown", type=float, default=d.batch_slowdown,
+                        help="per-token time grows by this fraction per extra running request")
+    parser.add_argument("--prefill-ms-per-token", type=float, default=d.prefill_ms_per_token,
+                        help="TTFT added per prompt token not in the prefix cache")
+    parser.add_argument("--prefix-cache-blocks", type=int, default=d.prefix_cache_blocks,
+                        help="KV blocks the prefix cache holds, LRU (0: no cache)")
+    parser.add_argument("--block-tokens", type=int, default=d.block_tokens,
+                        help="tokens per KV block")
+    parser.add_argument("--fail-status", type=int, default=d.fail_status,
+                        help="answer every generation request with this HTTP status (0: off)")
     parser.add_argument(
         "--max-model-len",
         type=int,
@@ -334,7 +372,12 @@ def settings_from_args(args: argparse.Namespace) -> SimulatorSettings:
         reasoning=args.reasoning,
         seed=args.seed,
         max_model_len=getattr(args, "max_model_len", SimulatorSettings().max_model_len),
+        **{name: getattr(args, name) for name in _CAPACITY if hasattr(args, name)},
     )
+
+
+_CAPACITY = ("max_batch", "batch_slowdown", "prefill_ms_per_token", "prefix_cache_blocks",
+             "block_tokens", "fail_status")
 
 
 def run_from_args(args: argparse.Namespace) -> None:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from adapters import base
+from adapters import base, continuation
 from adapters.backends import openai_decode, params
 from adapters.backends.params import Drop, Own, Refuse, Send, Translate
 from schemas import canonical, errors
@@ -184,6 +184,14 @@ class OpenAIBackend:
 
     def health_path(self) -> str:
         return "/health"
+
+    def load_gauges(self) -> base.LoadGauges | None:
+        return None  # the OpenAI API defines no load metrics
+
+    def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
+                     tokens_so_far: int) -> canonical.InferenceRequest | None:
+        """Completions only: the OpenAI API has no way to continue an assistant turn."""
+        return continuation.completion(req, text_so_far, tokens_so_far)
 
 
 def error_message(body: bytes) -> str:

@@ -19,10 +19,13 @@ from typing import Any
 
 import orjson
 
-from adapters import base
+from adapters import base, continuation
 from adapters.backends import params, tgi_decode
 from adapters.backends.params import Drop, Own, Refuse, Send, Translate
 from schemas import canonical, errors
+
+# TGI router metrics (router/src/infer/queue.rs, `tgi_queue_size`): requests awaiting a batch.
+LOAD = base.LoadGauges(queued=("tgi_queue_size",))
 
 WORKER = "tgi"
 
@@ -305,6 +308,14 @@ class TgiBackend:
 
     def health_path(self) -> str:
         return "/health"
+
+    def load_gauges(self) -> base.LoadGauges | None:
+        return LOAD
+
+    def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
+                     tokens_so_far: int) -> canonical.InferenceRequest | None:
+        """`generate` only: TGI's Messages API has no way to continue an assistant turn."""
+        return continuation.completion(req, text_so_far, tokens_so_far)
 
 
 def message(m: canonical.Message) -> dict[str, Any]:

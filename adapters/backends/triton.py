@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import orjson
 
-from adapters import base, chat_template
+from adapters import base, chat_template, continuation
 from adapters.backends import params, triton_decode
 from adapters.backends.params import Drop, Own, Refuse, Send, Translate
 from schemas import canonical, errors
@@ -214,4 +214,12 @@ class TritonBackend:
 
     def health_path(self) -> str:
         return "/v2/health/ready"  # Triton's readiness (docs/protocol: health extension)
+
+    def load_gauges(self) -> base.LoadGauges | None:
+        return None  # Triton publishes metrics on another port (8002), not beside generate
+
+    def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
+                     tokens_so_far: int) -> canonical.InferenceRequest | None:
+        """Text prompts only; a chat's rendered prompt is not the client's to extend."""
+        return continuation.completion(req, text_so_far, tokens_so_far)
 

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from adapters import base, continuation
 from adapters.backends import openai, params
 from adapters.backends.params import Send, Translate
 from schemas import canonical
+
+# vLLM v1 metrics (vllm/v1/metrics/loggers.py): the scheduler's waiting queue and the KV cache
+# in use as a fraction (`gpu_cache_usage_perc` before v0.10).
+LOAD = base.LoadGauges(queued=("vllm:num_requests_waiting",),
+                       cache=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"))
+# protocol.py ChatCompletionRequest: the last (assistant) message is continued, not closed.
+CONTINUE_FLAGS: dict[str, object] = {"continue_final_message": True,
+                                     "add_generation_prompt": False}
 
 # vLLM protocol.py (ChatCompletionRequest / CompletionRequest sampling extras), after OpenAI's;
 # what neither has stays refused.
@@ -81,3 +90,12 @@ class VllmBackend(openai.OpenAIBackend):
         if m.reasoning is not None:
             out["reasoning_content"] = m.reasoning
         return out
+
+    def load_gauges(self) -> base.LoadGauges | None:
+        return LOAD
+
+    def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
+                     tokens_so_far: int) -> canonical.InferenceRequest | None:
+        if req.messages is not None:
+            return continuation.chat_prefix(req, text_so_far, tokens_so_far, CONTINUE_FLAGS)
+        return continuation.completion(req, text_so_far, tokens_so_far)

@@ -37,8 +37,10 @@ TOOLS = [{"type": "function", "function": {
 
 
 def config(sim_url: str, framing: str) -> str:
+    # failover off: these tests read the in-band error a cut stream ends with (failover has
+    # its own tests in test_failover.py)
     return f"""
-server: {{timeouts: {{first_byte: 10, idle: 5}}}}
+server: {{timeouts: {{first_byte: 10, idle: 5}}, failover_attempts: 0}}
 default_model: demo
 elastic: {{framing: {framing}}}
 models:

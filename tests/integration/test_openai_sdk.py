@@ -23,7 +23,7 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("sdk")
     sim, sim_url = procs.simulator(tmp)
     gw, url = procs.gateway(tmp, f"""
-server: {{timeouts: {{first_byte: 10, idle: 5}}}}
+server: {{timeouts: {{first_byte: 10, idle: 5}}, failover_attempts: 0}}  # in-band errors read here
 default_model: demo
 models:
   - name: demo

@@ -30,7 +30,7 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     tmp = tmp_path_factory.mktemp("tgi")
     sim, sim_url = procs.simulator(tmp, "--tokens", "8")
     gw, url = procs.gateway(tmp, f"""
-server: {{timeouts: {{first_byte: 10, idle: 5}}}}
+server: {{timeouts: {{first_byte: 10, idle: 5}}, failover_attempts: 0}}  # in-band errors read here
 default_model: demo
 models:
   - name: demo

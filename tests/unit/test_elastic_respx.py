@@ -109,7 +109,7 @@ async def test_mid_stream_break_is_an_error_event_and_no_done() -> None:
     head = b"".join(p + b"\n\n" for p in harness.SSE_OK.split(b"\n\n")[:2])
     with respx.mock(assert_all_called=False) as r:
         r.post(UP).mock(return_value=httpx.Response(200, stream=harness.Broken([head])))
-        resp = await post(r, CHAT)
+        resp = await post(r, CHAT, conf=cfg(failover_attempts=0))
     assert resp.status_code == 200
     got = events(resp.content)
     assert got[-1][0] == b"event: error" and b"[DONE]" not in resp.content

@@ -28,7 +28,7 @@ PROMPT = "What is Deep Learning?"
 
 def cfg(**models: dict[str, Any]) -> config.Config:
     """`demo` (default, vLLM) plus named models with their own settings."""
-    entries = [{"name": "demo", "backend": "vllm", "upstreams": [UP1, UP2],
+    entries = [{"name": "demo", "backend": "vllm", "upstreams": [UP1, UP2], "routing": "round_robin",
                 "upstream_model": "org/model"}]
     entries += [{"name": name, "upstreams": [UP1], **m} for name, m in models.items()]
     return config.Config.model_validate({"default_model": "demo", "models": entries})
@@ -130,7 +130,8 @@ async def test_mid_stream_break_ends_with_seed_003_error_line() -> None:
         r.post(url__regex=COMPLETIONS).mock(return_value=httpx.Response(
             200, stream=Broken([chunk("Deep", 304, -0.05), chunk(" Learning", 11157, -1.25)]),
             headers=SSE))
-        resp = await call(r, {"inputs": PROMPT, "stream": True}, cfg(), path="/invocations")
+        no_failover = cfg().model_copy(update={"server": config.ServerConfig(failover_attempts=0)})
+        resp = await call(r, {"inputs": PROMPT, "stream": True}, no_failover, path="/invocations")
     assert resp.status_code == 200
     lines = [orjson.loads(x) for x in resp.content.splitlines()]
     assert [x["token"]["id"] for x in lines] == [304, 11157, -1]

@@ -50,7 +50,8 @@ def make_config(**server: Any) -> config.Config:
     return config.Config.model_validate({
         "server": server, "default_model": "demo",
         "models": [{"name": "demo", "aliases": ["d"], "backend": "vllm",
-                    "upstreams": [UP1, UP2], "upstream_model": "org/model"}]})
+                    "upstreams": [UP1, UP2], "upstream_model": "org/model",
+                    "routing": "round_robin"}]})
 
 
 async def call(router: respx.MockRouter, body: dict[str, Any] | bytes,
@@ -134,7 +135,7 @@ async def test_mid_stream_break_ends_with_in_band_error_not_silence() -> None:
     with respx.mock(assert_all_called=False) as r:
         r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
             200, stream=Broken([head])))
-        resp = await call(r, {**CHAT, "stream": True})
+        resp = await call(r, {**CHAT, "stream": True}, make_config(failover_attempts=0))
     assert resp.status_code == 200
     events = [e for e in resp.text.split("\n\n") if e]
     assert '"content":"Hello"' in events[1]
@@ -149,7 +150,7 @@ async def test_stream_that_ends_without_done_is_an_error() -> None:
     cut = SSE_OK.replace(b"data: [DONE]\n\n", b"")
     with respx.mock(assert_all_called=False) as r:
         r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(200, content=cut))
-        resp = await call(r, {**CHAT, "stream": True})
+        resp = await call(r, {**CHAT, "stream": True}, make_config(failover_attempts=0))
     assert resp.status_code == 200
     assert "[DONE]" in resp.text and "before `data: [DONE]`" in resp.text
 
@@ -265,7 +266,8 @@ async def test_a_silent_worker_ends_the_stream_with_an_idle_timeout_error() -> N
             200, stream=Stalls([head])))
         started = time.monotonic()
         resp = await call(r, {**CHAT, "stream": True},
-                          make_config(timeouts={"idle": 0.3, "first_byte": 5}))
+                          make_config(timeouts={"idle": 0.3, "first_byte": 5},
+                                      failover_attempts=0))
     assert time.monotonic() - started < 5
     events = [e for e in resp.text.split("\n\n") if e]
     assert '"content":"Hello"' in events[1]
@@ -295,7 +297,7 @@ async def test_text_in_the_read_of_an_in_band_error_reaches_the_client_first() -
     with respx.mock(assert_all_called=False) as r:
         r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
             200, stream=httpx.ByteStream(body)))
-        resp = await call(r, {**CHAT, "stream": True})
+        resp = await call(r, {**CHAT, "stream": True}, make_config(failover_attempts=0))
     assert resp.status_code == 200
     events = [e for e in resp.text.split("\n\n") if e]
     assert '"content":"Hello"' in events[1]

@@ -25,7 +25,8 @@ MSG: Any = [{"role": "user", "content": "What is the answer?"}]
 def make_config(upstreams: tuple[str, ...] = ("http://tgi:8080",)) -> config.Config:
     return config.Config.model_validate({
         "server": {"timeouts": {"first_byte": 5, "idle": 5}}, "default_model": "llama",
-        "models": [{"name": "llama", "backend": "tgi", "upstreams": list(upstreams)}]})
+        "models": [{"name": "llama", "backend": "tgi", "upstreams": list(upstreams),
+                    "routing": "round_robin"}]})  # tests read which upstream goes first
 
 
 @pytest.fixture

@@ -94,7 +94,7 @@ async def test_mid_stream_break_ends_with_tgis_error_event() -> None:
         r.post(url__regex=COMPLETIONS).mock(return_value=httpx.Response(
             200, stream=Broken([first, second]), headers=SSE))
         resp = await call(r, {"inputs": PROMPT, "parameters": {"details": True}},
-                          path="/generate_stream")
+                          make_config(failover_attempts=0), path="/generate_stream")
     events = [orjson.loads(e.removeprefix(b"data: ")) for e in resp.content.split(b"\n\n") if e]
     assert [e.get("index") for e in events] == [1, 2, None]  # both tokens went out first
     assert events[0]["token"] == {"id": 18682, "text": " Deep", "logprob": -0.5,

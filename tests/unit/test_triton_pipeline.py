@@ -29,7 +29,8 @@ def make_config(template: str | None = TEMPLATE, upstreams: tuple[str, ...] = (
     return config.Config.model_validate({
         "server": {"timeouts": {"first_byte": 5, "idle": 5}}, "default_model": "llama",
         "models": [{"name": "llama", "backend": "triton", "upstreams": list(upstreams),
-                    "upstream_model": "ensemble", "chat_template": template}]})
+                    "upstream_model": "ensemble", "chat_template": template,
+                    "routing": "round_robin"}]})  # tests read which upstream goes first
 
 
 @pytest.fixture

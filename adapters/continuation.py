@@ -1,0 +1,53 @@
+"""Requests that continue an answer another worker started: the sans-I/O half of failover.
+
+A worker that died mid-stream has sent `text_so_far`; another worker is asked for the rest:
+for a completion, the prompt with that text appended; for a chat, that text as the start of
+the assistant's turn (vLLM's `continue_final_message: true` with `add_generation_prompt:
+false`, vLLM protocol.py ChatCompletionRequest), each with what is left of the token budget.
+Only single-answer text can be continued: several choices or prompts, tool calls, echo,
+prompt logprobs, structured output would each come back wrong or duplicated. Generated tokens'
+ids and logprobs are the continuing worker's own for its tokens, so they stay; the gateway
+drops its prompt information (it describes the continuation's prompt, not the client's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from schemas import canonical
+
+
+def plain(req: canonical.InferenceRequest) -> bool:
+    """Whether the answer is one run of text another worker can carry on."""
+    s = req.sampling
+    return (s.n == 1 and not s.best_of and not s.num_beams and req.prompt_logprobs is None
+            and not req.echo and not req.tools and req.response_format is None)
+
+
+def _budget(req: canonical.InferenceRequest, tokens_so_far: int) -> canonical.Sampling:
+    s = req.sampling
+    left = None if s.max_tokens is None else max(1, s.max_tokens - tokens_so_far)
+    min_left = None if s.min_tokens is None else max(0, s.min_tokens - tokens_so_far)
+    return dataclasses.replace(s, max_tokens=left, min_tokens=min_left)
+
+
+def completion(req: canonical.InferenceRequest, text_so_far: str,
+               tokens_so_far: int) -> canonical.InferenceRequest | None:
+    """The prompt plus the text so far; None unless one text prompt."""
+    prompts = req.prompts
+    if req.messages is not None or not prompts or len(prompts) != 1 \
+            or not isinstance(prompts[0], str) or not plain(req):
+        return None
+    return dataclasses.replace(req, prompts=[prompts[0] + text_so_far],
+                               sampling=_budget(req, tokens_so_far))
+
+
+def chat_prefix(req: canonical.InferenceRequest, text_so_far: str, tokens_so_far: int,
+                flags: dict[str, object]) -> canonical.InferenceRequest | None:
+    """The messages plus the text so far as the assistant's unfinished turn, with the worker's
+    `flags` that make it continue that turn; None unless a plain chat."""
+    if req.messages is None or not plain(req):
+        return None
+    turn = canonical.Message("assistant", text_so_far)
+    return dataclasses.replace(req, messages=[*req.messages, turn],
+                               sampling=_budget(req, tokens_so_far), extra={**req.extra, **flags})

@@ -1,0 +1,102 @@
+"""Active health checks and load scrapes of a model's upstreams, in the background.
+
+Static and DNS-expanded upstreams are probed on their worker protocol's health route
+(`Backend.health_path`: vLLM, trtllm-serve and TGI `/health`, Triton `/v2/health/ready`);
+managed workers are probed by their supervisor. A new upstream is trusted until its first
+probe, one interval after it appears (as Envoy does without `ignore_new_hosts_until_first_hc`),
+so startup waits on nothing; passive ejection covers the gap. For `least_request`, each
+worker's queue gauges (`Backend.load_gauges`) are read from its /metrics on another period,
+while the model has more than one upstream to choose from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterable
+
+from adapters import base
+from gateway import balancer, config, routing, upstream
+
+
+async def probe(client: upstream.UpstreamClient, ups: balancer.Upstreams, path: str,
+                timeout: float) -> None:
+    """One pass over the static upstreams; a change of verdict is reported."""
+    urls = list(ups.static)
+    codes = await asyncio.gather(*(client.probe(u + path, timeout) for u in urls),
+                                 return_exceptions=True)  # a client bug is a failed probe
+    for url, code in zip(urls, codes, strict=True):
+        ups.probed(url, code == 200)
+
+
+def gauge_sum(text: str, names: Iterable[str]) -> float | None:
+    """The sum over label sets of the first of `names` found in a Prometheus text exposition
+    (format 0.0.4: `name{labels} value [timestamp]`); None when none is there."""
+    wanted = tuple(names)
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(wanted):
+            continue
+        cut = min((i for i in (line.find("{"), line.find(" ")) if i >= 0), default=len(line))
+        name, rest = line[:cut], line[cut:]
+        if name not in wanted:
+            continue
+        if rest.startswith("{"):
+            rest = rest[rest.rfind("}") + 1:]
+        try:
+            found[name] = found.get(name, 0.0) + float(rest.split()[0])
+        except (IndexError, ValueError):
+            continue
+    return next((found[n] for n in wanted if n in found), None)
+
+
+async def scrape(client: upstream.UpstreamClient, ups: balancer.Upstreams,
+                 gauges: base.LoadGauges, timeout: float) -> None:
+    """Read every upstream's queue: waiting requests plus the KV cache in use (a full cache
+    counts as one more request waiting). A worker that does not answer keeps its last value."""
+    async def one(url: str) -> None:
+        req = base.UpstreamRequest("GET", url + gauges.path, b"")
+        try:
+            async with asyncio.timeout(timeout):
+                resp = await client.send(req)
+                try:
+                    text = (await resp.read()).decode("utf-8", "replace")
+                finally:
+                    await resp.aclose()
+        except Exception:  # a scrape never breaks routing: no answer keeps the last value
+            return
+        if resp.status != 200:
+            return
+        queued = gauge_sum(text, gauges.queued) or 0.0
+        cache = gauge_sum(text, gauges.cache) if gauges.cache else None
+        ups.loaded(url, queued + (cache or 0.0))
+
+    await asyncio.gather(*(one(u) for u in list(ups.all)))
+
+
+async def watch(route: routing.Route, client: upstream.UpstreamClient,
+                settings: config.HealthConfig) -> None:
+    """Probe and scrape one model's upstreams until cancelled."""
+    path = route.backend.health_path()
+    gauges = route.backend.load_gauges() if route.upstreams.policy == "least_request" else None
+    loop = asyncio.get_running_loop()
+    jitter = random.uniform(0, 0.1 * settings.probe_interval)  # keep gateways out of step
+    next_probe = loop.time() + settings.probe_interval + jitter
+    next_scrape = loop.time() + settings.load_interval
+    while True:
+        now = loop.time()
+        if now >= next_probe:
+            await probe(client, route.upstreams, path, settings.probe_timeout)
+            next_probe = now + settings.probe_interval
+        if gauges is not None and now >= next_scrape:
+            if len(route.upstreams.all) > 1:  # with one upstream there is nothing to choose
+                await scrape(client, route.upstreams, gauges, settings.probe_timeout)
+            next_scrape = now + settings.load_interval
+        due = next_probe if gauges is None else min(next_probe, next_scrape)
+        await asyncio.sleep(max(0.0, due - loop.time()))
+
+
+def start(routes: Iterable[routing.Route], client: upstream.UpstreamClient,
+          settings: config.HealthConfig) -> list[asyncio.Task[None]]:
+    """One watcher per model."""
+    return [asyncio.ensure_future(watch(r, client, settings)) for r in routes]

@@ -1,0 +1,167 @@
+"""Failover mid-stream against real simulator workers, for every client protocol.
+
+The simulator's fault directives cut a stream after K tokens (a reset, an in-band engine
+error, a stall past the idle timeout); the gateway asks the other worker to continue from the
+text already sent. The client must get the whole answer once: exactly the text the worker
+would have produced uncut (computed by the simulator's own generator from the body the first
+worker received), one response id, and usage counting the answer as one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from simulator import chat, completions, directives, resume, settings
+from tests.integration import procs
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[str]]]:
+    tmp = tmp_path_factory.mktemp("failover")
+    sims = [procs.simulator(tmp) for _ in range(2)]
+    urls = [u for _, u in sims]
+    gw, url = procs.gateway(tmp, f"""
+server: {{failover_attempts: 1, timeouts: {{first_byte: 10, idle: 1}},
+          health: {{eject_after: 1000}}}}  # every test cuts a worker: none may be ejected
+default_model: demo
+models:
+  - name: demo
+    backend: vllm
+    routing: round_robin
+    upstreams: [{urls[0]}, {urls[1]}]
+""")
+    try:
+        yield url, urls
+    finally:
+        gw.stop()
+        for proc, _ in sims:
+            proc.stop()
+
+
+def requests_seen(sims: list[str]) -> list[dict[str, Any]]:
+    """The last generation request each worker received."""
+    return [httpx.get(u + "/_sim/last_request", timeout=5).json() for u in sims]
+
+
+def uncut(sims: list[str]) -> tuple[str, int, int]:
+    """The answer (text, prompt tokens, completion tokens) the first worker would have sent
+    had it not been cut: the one whose last request is not a continuation."""
+    bodies = [r["body"] for r in requests_seen(sims)]
+    firsts = [b for b in bodies if not b.get("continue_final_message")]
+    if all("prompt" in b for b in bodies):  # completions: the continuation extends the prompt
+        firsts = [min(bodies, key=lambda b: len(b["prompt"]))]
+    body = firsts[0]
+    endpoint = chat if "messages" in body else completions
+    faults = resume.uncut(directives.parse(endpoint.directive_texts(body)))
+    job = endpoint.parse(body, settings.SimulatorSettings(), faults, None)
+    o = job.outcomes[0]
+    return o.content or "", len(job.prompts[0]), len(o.tokens)
+
+
+def both_served(sims: list[str], before: list[int]) -> bool:
+    """Each worker got one more generation request: the cut one and the continuation."""
+    now = [httpx.get(u + "/_sim/stats", timeout=5).json()["requests"] for u in sims]
+    return [a - b for a, b in zip(now, before, strict=True)] == [1, 1]
+
+
+def counts(sims: list[str]) -> list[int]:
+    return [httpx.get(u + "/_sim/stats", timeout=5).json()["requests"] for u in sims]
+
+
+@pytest.mark.parametrize("fault", ["drop_after=4", "error_after=4", "hang_after=4"])
+def test_openai_chat_stream_is_continued(env: tuple[str, list[str]], fault: str) -> None:
+    gw, sims = env
+    before = counts(sims)
+    client = openai.OpenAI(base_url=gw + "/v1", api_key="x", max_retries=0, timeout=20)
+    msgs = [{"role": "user", "content": f"tell me [[sim tokens=12 itl_ms=20 {fault}]]"}]
+    chunks = list(client.chat.completions.create(
+        model="demo", messages=msgs, max_tokens=30, stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    expected, prompt, completion = uncut(sims)
+    assert text == expected and len(text.split()) == 12
+    assert len({c.id for c in chunks}) == 1
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    roles = [c for c in chunks if c.choices and c.choices[0].delta.role]
+    assert len(roles) == 1
+    usage = chunks[-1].usage
+    assert usage is not None
+    assert (usage.prompt_tokens, usage.completion_tokens) == (prompt, completion)
+    assert both_served(sims, before)
+
+
+def test_openai_completions_stream_is_continued(env: tuple[str, list[str]]) -> None:
+    gw, sims = env
+    before = counts(sims)
+    client = openai.OpenAI(base_url=gw + "/v1", api_key="x", max_retries=0, timeout=20)
+    chunks = list(client.completions.create(
+        model="demo", prompt="once upon a time [[sim tokens=10 drop_after=3]]", max_tokens=30,
+        stream=True))
+    assert both_served(sims, before)
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == uncut(sims)[0] and len(text.split()) == 10
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_tgi_generate_stream_is_continued(env: tuple[str, list[str]]) -> None:
+    gw, sims = env
+    before = counts(sims)
+    r = httpx.post(gw + "/generate_stream", timeout=20, json={
+        "inputs": "a story [[sim tokens=9 drop_after=5]]",
+        "parameters": {"max_new_tokens": 20, "details": True}})
+    events = [orjson.loads(e.removeprefix("data:")) for e in r.text.split("\n\n") if e]
+    assert [e["index"] for e in events] == list(range(1, 11))
+    text = "".join(e["token"]["text"] for e in events)
+    assert text == uncut(sims)[0] and len(text.split()) == 9
+    assert events[-1]["generated_text"] == text
+    assert events[-1]["details"]["generated_tokens"] == 10  # 9 words and EOS, counted once
+    assert both_served(sims, before)
+
+
+def test_lmi_jsonlines_stream_is_continued(env: tuple[str, list[str]]) -> None:
+    gw, sims = env
+    before = counts(sims)
+    r = httpx.post(gw + "/invocations", timeout=20, json={
+        "inputs": "a poem [[sim tokens=8 drop_after=2]]", "stream": True,
+        "parameters": {"max_new_tokens": 20, "details": True}})
+    lines = [orjson.loads(x) for x in r.text.splitlines()]
+    text = "".join(x["token"]["text"] for x in lines)
+    assert text == uncut(sims)[0] and len(text.split()) == 8
+    assert lines[-1]["details"]["finish_reason"] == "eos_token"
+    assert both_served(sims, before)
+
+
+def test_elastic_chat_stream_is_continued(env: tuple[str, list[str]]) -> None:
+    gw, sims = env
+    before = counts(sims)
+    r = httpx.post(gw + "/_inference/chat_completion/demo/_stream", timeout=20,
+                   headers={"accept": "text/event-stream"},
+                   json={"messages": [{"role": "user",
+                                       "content": "x [[sim tokens=8 drop_after=3]]"}]})
+    datas = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+    assert datas[-1] == "[DONE]" and "event: error" not in r.text
+    chunks = [orjson.loads(d)["chat_completion"] for d in datas[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or ""
+                   for c in chunks if c.get("choices"))
+    assert text == uncut(sims)[0] and len(text.split()) == 8
+    assert len({c["id"] for c in chunks}) == 1
+    assert both_served(sims, before)
+
+
+def test_a_stream_no_worker_can_continue_ends_with_the_error_event(
+        env: tuple[str, list[str]]) -> None:
+    """n=2 cannot be continued: the in-band error as before failover existed."""
+    gw, _ = env
+    r = httpx.post(gw + "/v1/chat/completions", timeout=20, json={
+        "model": "demo", "stream": True, "n": 2, "max_tokens": 30,
+        "messages": [{"role": "user", "content": "x [[sim tokens=8 drop_after=3]]"}]})
+    events = [e for e in r.text.split("\n\n") if e]
+    assert '"error"' in events[-2] and events[-1] == "data: [DONE]"

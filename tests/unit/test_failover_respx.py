@@ -1,0 +1,90 @@
+"""Failover at the upstream seam: the continuation request each worker protocol gets, and the
+one stream the client sees (vLLM: `continue_final_message`; completions: prompt + text)."""
+
+from __future__ import annotations
+
+import httpx
+import orjson
+import pytest
+import respx
+
+from adapters import registry
+from schemas import canonical
+from tests.unit import test_pipeline_respx as harness
+
+UP1, UP2 = harness.UP1, harness.UP2
+HEAD = (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+        b'[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+        b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+        b'[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}\n\n')
+REST = (b'data: {"id":"d","object":"chat.completion.chunk","created":2,"model":"m","choices":'
+        b'[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+        b'data: {"id":"d","object":"chat.completion.chunk","created":2,"model":"m","choices":'
+        b'[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}\n\n'
+        b'data: {"id":"d","object":"chat.completion.chunk","created":2,"model":"m","choices":[],'
+        b'"usage":{"prompt_tokens":4,"total_tokens":5,"completion_tokens":1}}\n\n'
+        b"data: [DONE]\n\n")
+
+
+@pytest.mark.anyio
+async def test_chat_cut_after_first_byte_is_continued_on_the_other_worker() -> None:
+    with respx.mock(assert_all_called=True) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=harness.Broken([HEAD])))
+        cont = r.post(f"{UP2}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, content=REST))
+        resp = await harness.call(r, {**harness.CHAT, "stream": True, "max_tokens": 10,
+                                      "stream_options": {"include_usage": True}})
+    sent = orjson.loads(cont.calls.last.request.content)
+    assert sent["messages"][-1] == {"role": "assistant", "content": "Hel"}
+    assert (sent["continue_final_message"], sent["add_generation_prompt"]) == (True, False)
+    assert sent["max_tokens"] == 9
+    chunks = [orjson.loads(e[6:]) for e in resp.text.split("\n\n") if e.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "Hello" and len({c["id"] for c in chunks}) == 1
+    assert sum(1 for c in chunks if c["choices"] and "role" in c["choices"][0]["delta"]) == 1
+    assert chunks[-1]["usage"] == {"prompt_tokens": 3, "total_tokens": 5,
+                                   "completion_tokens": 2}
+    assert resp.text.endswith("data: [DONE]\n\n") and '"error"' not in resp.text
+
+
+def test_each_backend_decides_what_it_can_continue() -> None:
+    chat = canonical.InferenceRequest(messages=[canonical.Message("user", "hi")], stream=True)
+    text = canonical.InferenceRequest(prompts=["Once"], stream=True,
+                                      sampling=canonical.Sampling(max_tokens=5))
+    for name in ("vllm", "openai", "trtllm", "tgi", "triton"):
+        b = registry.backend(name)
+        cont = b.continuation(text, " upon", 1)
+        assert cont is not None and cont.prompts == ["Once upon"]
+        assert cont.sampling.max_tokens == 4
+        assert (b.continuation(chat, " x", 1) is not None) == (name == "vllm")
+    two = canonical.InferenceRequest(prompts=["a"], sampling=canonical.Sampling(n=2))
+    tools = canonical.InferenceRequest(messages=[canonical.Message("user", "hi")],
+                                       tools=[canonical.ToolSpec("f")])
+    assert registry.backend("vllm").continuation(two, "x", 1) is None
+    assert registry.backend("vllm").continuation(tools, "x", 1) is None
+
+
+@pytest.mark.anyio
+async def test_streams_breaking_after_the_first_byte_count_toward_ejection() -> None:
+    cfg = harness.make_config(failover_attempts=0)
+    with respx.mock(assert_all_called=True) as r:
+        bad = r.post(f"{UP1}/v1/chat/completions").mock(side_effect=lambda _: httpx.Response(
+            200, stream=harness.Broken([HEAD])))
+        r.post(f"{UP2}/v1/chat/completions").mock(side_effect=lambda _: httpx.Response(
+            200, content=REST))
+        from gateway import app as gateway_app
+        from gateway import upstream
+
+        def factory(_: object) -> upstream.UpstreamClient:
+            return upstream.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
+                r.async_handler)))
+
+        app = gateway_app.build_app(cfg, factory)
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://gw") as client:
+                for _ in range(10):
+                    await client.post("/v1/chat/completions",
+                                      json={**harness.CHAT, "stream": True})
+    assert bad.call_count == 3  # round robin gave it every other stream until the third broke

@@ -1,0 +1,252 @@
+"""Upstream health: passive ejection with growing backoff and half-open trials, active probes
+on each worker protocol's health route, /health and readiness telling the truth, and the
+workers' queue gauges read for least-request routing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from adapters import registry
+from gateway import balancer, config, health, upstream
+from simulator import SimulatorSettings, build_app
+from tests.fakes import hosts, tgi_fake, triton_fake, trtllm_fake
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ups_with_clock(n: int = 2, **settings: Any) -> tuple[balancer.Upstreams, Clock]:
+    clock = Clock()
+    urls = tuple(f"http://10.0.0.{i}:8000" for i in range(1, n + 1))
+    cfg = config.HealthConfig(**{"eject_after": 3, "backoff": 1.0, "backoff_max": 8, **settings})
+    return balancer.Upstreams(urls, "round_robin", cfg, clock), clock
+
+
+def test_consecutive_failures_eject_and_a_success_resets_the_count() -> None:
+    ups, _ = ups_with_clock()
+    a, b = ups.all
+    ups.failed(a)
+    ups.failed(a)
+    ups.succeeded(a)  # not in a row: no ejection
+    ups.failed(a)
+    ups.failed(a)
+    assert a in ups.healthy()
+    assert ups.failed(a) is True
+    assert ups.healthy() == [b] and ups.order() == [b]
+
+
+def test_half_open_lets_one_request_through_and_recovers_on_success() -> None:
+    ups, clock = ups_with_clock()
+    a, b = ups.all
+    for _ in range(3):
+        ups.failed(a)
+    clock.now += 0.99
+    assert a not in ups.healthy()
+    clock.now += 0.02  # the backoff is over: half-open
+    assert a in ups.healthy()
+    ups.begin(a)  # the trial request
+    assert ups.healthy() == [b]  # only one trial at a time
+    ups.succeeded(a)
+    ups.end(a)
+    assert ups.healthy() == [a, b]
+    ups.failed(a)  # the count starts afresh after recovery
+    assert a in ups.healthy()
+
+
+def test_failed_trials_double_the_backoff_up_to_its_cap() -> None:
+    ups, clock = ups_with_clock()
+    a = ups.all[0]
+    for _ in range(3):
+        ups.failed(a)
+    lengths = []
+    for _ in range(5):
+        h = ups.health[a]
+        lengths.append(h.backoff)
+        clock.now = h.ejected_until
+        ups.begin(a)
+        ups.failed(a)
+        ups.end(a)
+    assert lengths == [1.0, 2.0, 4.0, 8.0, 8.0]
+
+
+def test_an_always_failing_upstream_gets_one_request_per_backoff_window() -> None:
+    """Simulated 60 s of steady traffic (one request every 10 ms) with one upstream failing
+    every request: after its first `eject_after` failures it sees one trial per window."""
+    ups, clock = ups_with_clock(backoff=1.0, backoff_max=4.0)
+    bad, good = ups.all
+    hits = 0
+    for _ in range(6000):
+        clock.now += 0.01
+        first = ups.order()[0]
+        ups.begin(first)
+        if first == bad:
+            hits += 1
+            ups.failed(bad)
+        else:
+            ups.succeeded(good)
+        ups.end(first)
+    assert hits <= 3 + 60 / 4 + 3  # the ejections, then a trial per (capped) 4 s window
+
+
+def test_a_4xx_never_counts_toward_ejection() -> None:
+    """Through the pipeline: a worker answering 400 stays in rotation; one refusing
+    connections is ejected after three tries and then costs requests nothing."""
+    cfg = config.Config.model_validate({
+        "server": {"retries": 1, "health": {"eject_after": 3, "backoff": 60}},
+        "models": [{"name": "m", "routing": "round_robin",
+                    "upstreams": ["http://bad:8000", "http://fussy:8000", "http://ok:8000"]}]})
+    sim = build_app(SimulatorSettings(tokens=2))
+    calls: dict[str, int] = {"bad": 0, "fussy": 0}
+
+    async def fussy(request: Request) -> Response:
+        calls["fussy"] += 1
+        return Response(b'{"error":{"message":"no"}}', 400)
+
+    class Refusing:
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            calls["bad"] += 1
+            raise httpx.ConnectError("refused")
+
+    fakes = {"bad": Refusing(), "ok": sim,
+             "fussy": Starlette(routes=[Route("/v1/completions", fussy, methods=["POST"])])}
+
+    async def go() -> tuple[list[int], str]:
+        async with hosts.serve(cfg, fakes) as gw:
+            got = [(await gw.post("/v1/completions", json={"model": "m", "prompt": "x"}))
+                   .status_code for _ in range(12)]
+            return got, (await gw.get("/metrics")).text
+
+    statuses, metrics = asyncio.run(go())
+    ejected = {line.split('upstream="')[1].split('"')[0] for line in metrics.splitlines()
+               if line.startswith("gateway_upstream_ejections_total{")
+               and not line.endswith(" 0.0")}  # counted through gateway.hooks
+    assert "http://bad:8000" in ejected and "http://fussy:8000" not in ejected
+    assert calls["bad"] == 3  # ejected after its third failure, never tried again
+    assert calls["fussy"] == statuses.count(400) >= 6  # its 400s in a row never ejected it
+    assert statuses[-4:].count(400) == 2 and set(statuses) == {200, 400}
+
+
+@pytest.mark.parametrize(("kind", "fake"), [
+    ("vllm", lambda: build_app(SimulatorSettings())), ("trtllm", trtllm_fake.app),
+    ("tgi", tgi_fake.app), ("triton", triton_fake.app)])
+def test_probes_use_each_worker_protocols_health_route(kind: str, fake: Any) -> None:
+    down = Starlette(routes=[Route(registry.backend(kind).health_path(),
+                                   lambda r: Response(b"", 503), methods=["GET"])])
+    ups = balancer.Upstreams(("http://w:1", "http://down:1"))
+    client = upstream.HttpxClient(httpx.AsyncClient(transport=hosts.Hosts(
+        {"w": fake(), "down": down})))
+
+    async def go() -> None:
+        await health.probe(client, ups, registry.backend(kind).health_path(), 2.0)
+        await client.aclose()
+
+    asyncio.run(go())
+    assert ups.healthy() == ["http://w:1"]
+
+
+def test_health_readiness_and_gauge_tell_the_truth_with_every_upstream_down() -> None:
+    state = {"status": 200}
+
+    async def probe(request: Request) -> Response:
+        return Response(b"", state["status"])
+
+    worker = Starlette(routes=[Route("/health", probe, methods=["GET"])])
+    cfg = config.Config.model_validate({
+        "server": {"health": {"probe_interval": 0.02}},
+        "models": [{"name": "m", "upstreams": ["http://a:1", "http://b:1"]}]})
+
+    async def until(gw: httpx.AsyncClient, status: int) -> tuple[int, int, list[str]]:
+        for _ in range(200):
+            health_ = await gw.get("/health")
+            if health_.status_code == status:
+                break
+            await asyncio.sleep(0.01)
+        ping = await gw.get("/ping")
+        metrics = (await gw.get("/metrics")).text
+        gauges = sorted(line.rsplit(" ", 1)[1] for line in metrics.splitlines()
+                        if line.startswith('gateway_upstream_healthy{gen_ai_request_model="m"'))
+        return health_.status_code, ping.status_code, gauges
+
+    async def go() -> list[tuple[int, int, list[str]]]:
+        async with hosts.serve(cfg, {"a": worker, "b": worker}) as gw:
+            up = await until(gw, 200)
+            state["status"] = 503
+            down = await until(gw, 503)
+            fail = await gw.post("/v1/completions", json={"model": "m", "prompt": "x"})
+            assert fail.status_code == 503
+            state["status"] = 200
+            return [up, down, await until(gw, 200)]
+
+    up, down, back = asyncio.run(go())
+    assert up == (200, 200, ["1.0", "1.0"])
+    assert down == (503, 503, ["0.0", "0.0"])
+    assert back == up
+
+
+def test_gauges_are_summed_over_label_sets_first_name_found() -> None:
+    text = """# HELP vllm:num_requests_waiting Number of requests waiting.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="a b}"} 2.0
+vllm:num_requests_waiting{engine="1",model_name="x"} 3 1700000000
+vllm:num_requests_waiting_total 99
+tgi_queue_size 4
+"""
+    assert health.gauge_sum(text, ("vllm:num_requests_waiting",)) == 5.0
+    assert health.gauge_sum(text, ("tgi_queue_size",)) == 4.0
+    assert health.gauge_sum(text, ("nope", "tgi_queue_size")) == 4.0
+    assert health.gauge_sum(text, ("nope",)) is None
+
+
+def test_scraped_queue_steers_least_request() -> None:
+    sims = {"a": build_app(SimulatorSettings(max_batch=1)), "b": build_app(SimulatorSettings())}
+    ups = balancer.Upstreams(("http://a:1", "http://b:1"), "least_request")
+    sims["a"].engine.waiting = 5  # a queue behind its one slot
+    client = upstream.HttpxClient(httpx.AsyncClient(transport=hosts.Hosts(sims)))
+    gauges = registry.backend("vllm").load_gauges()
+    assert gauges is not None
+
+    async def go() -> None:
+        await health.scrape(client, ups, gauges, 2.0)
+        await client.aclose()
+
+    asyncio.run(go())
+    assert ups.health["http://a:1"].queued == 5.0
+    assert all(ups.order()[0] == "http://b:1" for _ in range(20))
+
+
+def test_dns_expanded_addresses_are_the_ones_probed_and_managed_workers_are_not() -> None:
+    ups = balancer.Upstreams(("http://workers.ns.svc:8000",))
+    ups.resolved("http://workers.ns.svc:8000", ["http://10.1.0.1:8000", "http://10.1.0.2:8000"])
+    ups.add("http://127.0.0.1:9000")  # a managed worker: its supervisor probes it
+    assert ups.static == ["http://10.1.0.1:8000", "http://10.1.0.2:8000"]
+    seen: list[str] = []
+
+    class Client:
+        async def probe(self, url: str, timeout: float) -> int:
+            seen.append(url)
+            return 503 if "10.1.0.2" in url else 200
+
+    asyncio.run(health.probe(Client(), ups, "/health", 1.0))  # type: ignore[arg-type]
+    assert sorted(seen) == ["http://10.1.0.1:8000/health", "http://10.1.0.2:8000/health"]
+    assert ups.healthy() == ["http://10.1.0.1:8000", "http://127.0.0.1:9000"]
+
+
+def test_routing_and_failover_keys_default_as_the_spec_says() -> None:
+    cfg = config.Config.model_validate({"models": [{"name": "m"}]})
+    assert cfg.models[0].routing == "least_request"
+    assert cfg.server.failover_attempts == 1
+    with pytest.raises(ValueError, match="routing"):
+        config.Config.model_validate({"models": [{"name": "m", "routing": "random"}]})
