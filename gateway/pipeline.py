@@ -70,7 +70,11 @@ class Opened:
             self.released = True
             if upstreams is not None:
                 upstreams.end(self.url)
-            await asyncio.shield(self.resp.aclose())
+            close_now = getattr(self.resp, "close_now", None)  # gateway.http1: never waits
+            if close_now is not None:
+                close_now()
+            else:
+                await asyncio.shield(self.resp.aclose())
 
 
 @dataclass(slots=True)
