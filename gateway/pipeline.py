@@ -102,9 +102,10 @@ class Pipeline:
         """Send to the model's upstreams in turn until one answers with a first event."""
         ups = route.upstreams
         order = ups.order(affinity.prefix_key(req) if ups.policy == "prefix" else None)
-        if avoid is not None and len(order) > 1 and avoid in order:
-            order.remove(avoid)  # a continuation goes elsewhere first
-            order.append(avoid)
+        if avoid is not None:
+            # A continuation goes to another worker only (SPEC.md): the one that failed may be
+            # dead, and a worker that cannot continue its own answer would repeat it.
+            order = [u for u in order if u != avoid]
         if not order:
             raise errors.UpstreamUnavailable(f"model `{route.name}` has no healthy upstream")
         job = Job(route, req, request_id, note)

@@ -240,3 +240,12 @@ def test_an_assembled_config_pickles() -> None:
 
     cfg = config.load_config(None, {})
     assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+def test_the_readmes_config_sample_is_valid(tmp_path: Path) -> None:
+    """The README's annotated config names every documented key; it must load as written."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("```yaml\nserver:") + len("```yaml\n")
+    sample = write(tmp_path, readme[start:readme.index("```", start)])
+    cfg = config.load_config(sample, {})
+    assert cfg.models[0].name == "llama" and cfg.server.failover_attempts == 1

@@ -9,6 +9,7 @@ import pytest
 import respx
 
 from adapters import registry
+from gateway import config
 from schemas import canonical
 from tests.unit import test_pipeline_respx as harness
 
@@ -46,6 +47,25 @@ async def test_chat_cut_after_first_byte_is_continued_on_the_other_worker() -> N
     assert chunks[-1]["usage"] == {"prompt_tokens": 3, "total_tokens": 5,
                                    "completion_tokens": 2}
     assert resp.text.endswith("data: [DONE]\n\n") and '"error"' not in resp.text
+
+
+@pytest.mark.anyio
+async def test_a_lone_worker_is_not_asked_to_continue_its_own_answer() -> None:
+    """SPEC.md: a stream is continued on *another* worker. With one upstream the cut stream
+    ends with the in-band error, as without failover: the failed worker may be dead, and one
+    that cannot continue its own answer would start it again (duplicated text)."""
+    cfg = config.Config.model_validate({
+        "default_model": "demo",
+        "models": [{"name": "demo", "backend": "vllm", "upstreams": [UP1]}]})
+    with respx.mock(assert_all_called=True) as r:
+        only = r.post(f"{UP1}/v1/chat/completions").mock(side_effect=lambda _: httpx.Response(
+            200, stream=harness.Broken([HEAD])))
+        resp = await harness.call(r, {**harness.CHAT, "stream": True}, cfg)
+    assert only.call_count == 1
+    chunks = [orjson.loads(e[6:]) for e in resp.text.split("\n\n") if e.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or ""
+                   for c in chunks if c.get("choices"))
+    assert text == "Hel" and '"error"' in resp.text
 
 
 def test_each_backend_decides_what_it_can_continue() -> None:
