@@ -23,7 +23,7 @@ from typing import Protocol
 import tenacity
 
 from adapters import base
-from gateway import affinity, balancer, config, routing, upstream
+from gateway import affinity, balancer, config, deadline, routing, upstream
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -70,7 +70,11 @@ class Opened:
             self.released = True
             if upstreams is not None:
                 upstreams.end(self.url)
-            await asyncio.shield(self.resp.aclose())
+            close_now = getattr(self.resp, "close_now", None)  # gateway.http1: never waits
+            if close_now is not None:
+                close_now()
+            else:
+                await asyncio.shield(self.resp.aclose())
 
 
 @dataclass(slots=True)
@@ -156,7 +160,7 @@ class Pipeline:
         if note.observer is not None:
             ureq.headers.update(note.observer.begin(url))
         try:
-            async with asyncio.timeout(self.timeouts.first_byte):
+            with deadline.Deadline(self.timeouts.first_byte):
                 resp = await self.client.send(ureq)
                 note.status = resp.status
                 try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters import base, registry
-from gateway import config, exchange, observability, pipeline, routing, telemetry, tracing
+from gateway import config, deadline, exchange, observability, pipeline, routing, telemetry, tracing
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -215,7 +215,7 @@ async def read_body(receive: Receive, headers: dict[str, str], server: config.Se
     parts: list[bytes] = []
     size = 0
     try:
-        async with asyncio.timeout(server.timeouts.request_read):
+        with deadline.Deadline(server.timeouts.request_read):
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":

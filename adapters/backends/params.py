@@ -14,6 +14,7 @@ A request's extras are looked up in the same table; those a worker has no rule f
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -84,15 +85,24 @@ _SAMPLING_UNSET: dict[str, Any] = {"stop": [], "stop_token_ids": [], "n": 1,
                                    "max_tokens_fit": False, "keep_stop": False}
 
 
+_SAMPLING_NAMES = tuple(canonical.Sampling.__slots__)
+_SAMPLING_UNSETS = tuple(_SAMPLING_UNSET.get(name) for name in _SAMPLING_NAMES)
+_sampling_values = operator.attrgetter(*_SAMPLING_NAMES)
+_REQUEST_NAMES = tuple(REQUEST_FIELDS)
+_REQUEST_UNSETS = tuple(REQUEST_FIELDS.values())
+_request_values = operator.attrgetter(*_REQUEST_NAMES)
+
+
 def asked(req: canonical.InferenceRequest) -> Iterator[tuple[str, Any, bool]]:
     """Every field the client set: sampling, then request options, then extras (the third
     item: an extra, which may be named like a canonical field)."""
-    for name in canonical.Sampling.__slots__:
-        value = getattr(req.sampling, name)
-        if value is not None and value != _SAMPLING_UNSET.get(name):
+    # One attrgetter call per group, not a getattr per field: this runs for every request
+    # and every field (a few % of a whole answer's CPU in the issue 17 profiles).
+    for name, value, unset in zip(_SAMPLING_NAMES, _sampling_values(req.sampling),
+                                  _SAMPLING_UNSETS):
+        if value is not None and value != unset:
             yield name, value, False
-    for name, unset in REQUEST_FIELDS.items():
-        value = getattr(req, name)
+    for name, value, unset in zip(_REQUEST_NAMES, _request_values(req), _REQUEST_UNSETS):
         if value != unset:
             yield name, value, False
     for name, value in req.extra.items():

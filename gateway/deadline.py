@@ -1,0 +1,50 @@
+"""`asyncio.timeout` for the fixed hot paths, as a plain (not async) context manager.
+
+Each request crosses two deadlines (its body's `timeouts.request_read`, the worker's
+`timeouts.first_byte`). `asyncio.timeout` builds a `Timeout`, awaits two coroutines
+(`__aenter__`, `__aexit__`) and reschedules through `loop.time()`; this is one timer handle
+and two method calls, with the same semantics as CPython 3.11's `asyncio.Timeout`: when the
+deadline passes, the task is cancelled, and that cancellation (and only that one, counted with
+`Task.cancelling`/`uncancel`) leaves the block as `TimeoutError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+
+
+class Deadline:
+    """`with Deadline(seconds):` raises TimeoutError out of a block that ran too long."""
+
+    __slots__ = ("_cancelling", "_delay", "_fired", "_handle", "_task")
+
+    def __init__(self, delay: float):
+        self._delay = delay
+        self._fired = False
+        self._cancelling = 0
+        self._handle: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[object] | None = None
+
+    def __enter__(self) -> Deadline:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("Deadline should be used inside a task")
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._handle = asyncio.get_running_loop().call_later(self._delay, self._fire)
+        return self
+
+    def _fire(self) -> None:
+        self._fired = True
+        assert self._task is not None
+        self._task.cancel()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        if self._fired and self._task is not None:
+            self._fired = False
+            if self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+                raise TimeoutError from exc
