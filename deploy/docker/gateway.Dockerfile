@@ -17,10 +17,11 @@ COPY adapters adapters
 COPY gateway gateway
 COPY simulator simulator
 # --without-pip + `pip --python`: the environment gets the gateway and its dependencies,
-# not pip itself. dumb-init (pinned, from PyPI) becomes PID 1: it forwards SIGTERM to the
+# not pip itself; the `otel` extra, so that the image can export traces (OTEL_* variables).
+# dumb-init (pinned, from PyPI) becomes PID 1: it forwards SIGTERM to the
 # gateway and reaps orphaned grandchildren of managed workers.
 RUN python -m venv --without-pip /opt/gateway \
-    && pip --python /opt/gateway/bin/python install --no-cache-dir . dumb-init==1.2.5.post1
+    && pip --python /opt/gateway/bin/python install --no-cache-dir "./[otel]" dumb-init==1.2.5.post1
 
 FROM python:3.11-slim
 # A fixed numeric user, so that Kubernetes' runAsNonRoot can check it without a passwd lookup.

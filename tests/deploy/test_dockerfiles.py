@@ -168,3 +168,11 @@ def test_healthcheck_tells_healthy_from_unhealthy(tmp_path: Path) -> None:
                 assert done.returncode == expected, done.stderr
         finally:
             proc.stop()
+
+
+def test_gateway_image_can_export_traces() -> None:
+    """The gateway image installs the `otel` extra, so OTEL_* variables alone turn tracing on
+    in a pod (deploy/README.md, Observability); `./[otel]` is a path, which DL3013 allows."""
+    text = (DOCKER / "gateway.Dockerfile").read_text()
+    install = next(line for line in text.splitlines() if " install " in line)
+    assert '"./[otel]"' in install
