@@ -70,9 +70,21 @@ def check_config(path: str) -> int:
     warnings: list[str] = []
     try:
         cfg = config.load_config(path, os.environ, warnings)
-        routing.Router(cfg)  # also reads chat_template files
     except config.ConfigError as exc:
-        _report(path, exc.problems, warnings)
+        problems, cfg = exc.problems, None
+    else:
+        problems = []
+    try:  # its chat_template / tokenizer files, in the same run as the schema's problems
+        problems += routing.file_problems(config.read_file(path).get("models"))
+    except config.ConfigError:
+        pass  # the file itself is unreadable or not YAML: already reported
+    try:
+        if cfg is not None and not problems:
+            routing.Router(cfg)  # what only a whole config shows (a worker's model directory)
+    except config.ConfigError as exc:
+        problems = exc.problems
+    if problems:
+        _report(path, problems, warnings)
         return 1
     _report(path, [], warnings)
     print(f"{path}: ok")

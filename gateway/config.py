@@ -235,7 +235,7 @@ def load_config(path: str | Path | None, environ: Mapping[str, str],
     Problems and warnings name locations, never the file (the caller prefixes it once).
     Warnings (stray `GATEWAY_*` variables, models nothing serves) go to `warnings` when
     given, else to the log."""
-    raw = _read(path) if path is not None else default_config().model_dump(mode="json")
+    raw = read_file(path) if path is not None else default_config().model_dump(mode="json")
     env = apply_env(raw, environ)
     found = env.warnings
     try:
@@ -252,7 +252,7 @@ def load_config(path: str | Path | None, environ: Mapping[str, str],
     return cfg
 
 
-def _read(path: str | Path) -> dict[str, Any]:
+def read_file(path: str | Path) -> dict[str, Any]:
     """The file's top-level mapping; YAML errors carry their line and column (PyYAML's mark
     names the stream, `<unicode string>` for text, so the mark is rendered here)."""
     try:

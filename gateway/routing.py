@@ -53,6 +53,26 @@ def chat_template_text(value: str | None, index: int) -> str | None:
              f"readable file ({why})"]) from None
 
 
+def file_problems(models: Any) -> list[str]:
+    """Every unreadable `chat_template` or `tokenizer` file of raw `models` entries, so that
+    check-config reports them in the same run as the schema's problems (issue: check-config)."""
+    out: list[str] = []
+    for i, m in enumerate(models if isinstance(models, list) else ()):
+        if not isinstance(m, dict):
+            continue
+        try:
+            if isinstance(m.get("chat_template"), str):
+                chat_template_text(m["chat_template"], i)
+        except config.ConfigError as exc:
+            out += exc.problems
+        try:
+            if isinstance(m.get("tokenizer"), str) and m["tokenizer"]:
+                tokenizer.load(tokenizer.tokenizer_file(m["tokenizer"]), f"models[{i}].tokenizer")
+        except config.ConfigError as exc:
+            out += exc.problems
+    return out
+
+
 class Router:
     """Resolves client-facing model names; `None` means the default model."""
 

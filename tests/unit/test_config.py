@@ -249,3 +249,27 @@ def test_the_readmes_config_sample_is_valid(tmp_path: Path) -> None:
     sample = write(tmp_path, readme[start:readme.index("```", start)])
     cfg = config.load_config(sample, {})
     assert cfg.models[0].name == "llama" and cfg.server.failover_attempts == 1
+
+
+def test_check_config_reports_unreadable_files_with_the_schemas_problems(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chat_template file and a tokenizer that cannot be read are reported in the same run
+    as a schema mistake, and two bad files are two problems, not the first only."""
+    for key in [k for k in __import__("os").environ if k.startswith("GATEWAY_")]:
+        monkeypatch.delenv(key)
+    bad = tmp_path / "files.yaml"
+    bad.write_text(f"server: {{port: -1}}\nmodels:\n"
+                   f"  - {{name: a, backend: triton, chat_template: {tmp_path}/none.jinja}}\n"
+                   f"  - {{name: b, tokenizer: {tmp_path}/no-such-dir}}\n")
+    assert cli.main(["check-config", str(bad)]) == 1
+    where = sorted(line.removeprefix(f"{bad}: ").split(":")[0]
+                   for line in capsys.readouterr().err.splitlines())
+    assert where == ["models[0].chat_template", "models[1].tokenizer", "server.port"]
+    good = tmp_path / "files-only.yaml"
+    good.write_text(f"models:\n  - {{name: a, backend: triton, chat_template: {tmp_path}/x.j2}}\n"
+                    f"  - {{name: b, tokenizer: {tmp_path}/none}}\n")
+    assert cli.main(["check-config", str(good)]) == 1
+    errors = [e for e in capsys.readouterr().err.splitlines() if ": warning: " not in e]
+    assert [e.removeprefix(f"{good}: ").split(":")[0] for e in errors] == [
+        "models[0].chat_template", "models[1].tokenizer"]
