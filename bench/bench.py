@@ -3,7 +3,7 @@ and through a plain nginx streaming proxy (the floor), on the same load.
 
     . .venv/bin/activate
     python bench/bench.py                                  # defaults: N=64, 10 s per run
-    python bench/bench.py --client aiohttp,httpx --server uvicorn,granian
+    python bench/bench.py --client aiohttp,httpx --server native,uvicorn,granian
     python bench/bench.py --cases stream-saturated --duration 5 --py-spy
 
 Layout on a 2-core machine: the proxy under test (gateway or nginx, one worker) on core 0;
@@ -507,8 +507,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="comma list of direct, nginx, gateway")
     p.add_argument("--client", default="http1",
                    help="the gateway's upstream client(s): comma list of http1, aiohttp, httpx")
-    p.add_argument("--server", default="uvicorn",
-                   help="the gateway's ASGI server(s): comma list of uvicorn, granian")
+    p.add_argument("--server", default="native",
+                   help="the gateway's HTTP server(s): comma list of native (its own, what "
+                        "`gateway serve` runs), uvicorn, granian")
     p.add_argument("--logs", choices=["on", "off", "both"], default="on",
                    help="per-request log lines of the proxies (gateway JSON line, nginx "
                         "access log): on (production), off, or both")
@@ -543,7 +544,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if c not in ("http1", "aiohttp", "httpx"):
             p.error(f"unknown client {c!r}")
     for s in args.servers:
-        if s not in ("uvicorn", "granian"):
+        if s not in ("native", "uvicorn", "granian"):
             p.error(f"unknown server {s!r}")
     if "granian" in args.servers:
         import importlib.util

@@ -1,7 +1,7 @@
 """Run the gateway for the benchmark, choosing its upstream client and its ASGI server.
 
     python bench/run_gateway.py --config FILE [--client http1|aiohttp|httpx]
-                                [--server uvicorn|granian] [--host H] [--port P] [--quiet]
+                                [--server native|uvicorn|granian] [--host H] [--port P] [--quiet]
 
 Per-request JSON log lines stay on by default (that is production: `gateway serve` logs at
 info); `--quiet` logs at warning only, to see what the log line costs.
@@ -49,10 +49,16 @@ def granian_available() -> bool:
     return True
 
 
-def serve_uvicorn(app: Any, server: config.ServerConfig) -> None:
+def serve_native(app: Any, server: config.ServerConfig) -> None:
     from gateway import processes
 
     processes.server(app, server).run()  # the very setup of `gateway serve`
+
+
+def serve_uvicorn(app: Any, server: config.ServerConfig) -> None:
+    from gateway import processes
+
+    processes.uvicorn_server(app, server).run()  # `gateway serve` before its own server
 
 
 def serve_granian(app: Any, host: str, port: int) -> None:
@@ -82,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
     p.add_argument("--client", choices=sorted(CLIENTS), default="http1")
-    p.add_argument("--server", choices=["uvicorn", "granian"], default="uvicorn")
+    p.add_argument("--server", choices=["native", "uvicorn", "granian"], default="native")
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--quiet", action="store_true", help="no per-request log lines")
@@ -105,8 +111,10 @@ def main(argv: list[str] | None = None) -> int:
             print("granian is not installed (pip install granian)", file=sys.stderr)
             return 2
         serve_granian(app, server.host, server.port)
-    else:
+    elif args.server == "uvicorn":
         serve_uvicorn(app, server)
+    else:
+        serve_native(app, server)
     return 0
 
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import gc
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -98,22 +98,34 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
     routes.append(Route("/metrics", _Asgi(metrics_route), methods=["GET"]))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services
-    return FastPaths(app, routes)
+    return FastPaths(app, routes, lifespan)
 
 
 class FastPaths:
     """Sends requests for fixed paths straight to their endpoint, skipping Starlette's router
     and its middleware wrappers on every `send` (the benchmark's profile showed them on each
-    streamed chunk); path-parameter routes, HEAD, 404/405 and lifespan go through Starlette."""
+    streamed chunk); path-parameter routes, HEAD, 404/405 and lifespan go through Starlette.
+    `native`: the fixed routes' endpoints as the gateway's own server calls them (with the
+    request itself, gateway.peer.Peer, not an ASGI scope); `lifespan()`: the app's startup and
+    shutdown, for that server."""
 
-    def __init__(self, app: Starlette, routes: list[BaseRoute]):
+    def __init__(self, app: Starlette, routes: list[BaseRoute],
+                 lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]):
         self.starlette = app
+        self._lifespan = lifespan
         self.exact: dict[tuple[str, str], ASGIApp] = {}
+        self.native: dict[tuple[str, str], Callable[[Any], Awaitable[None]]] = {}
         for r in routes:
             if isinstance(r, Route) and "{" not in r.path:
                 for method in r.methods or ():
                     if method != "HEAD":
                         self.exact[(method, r.path)] = r.endpoint
+                        serve = getattr(r.endpoint, "serve", None)
+                        if serve is not None:
+                            self.native[(method, r.path)] = serve
+
+    def lifespan(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._lifespan(self.starlette)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

@@ -139,8 +139,7 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     if count > 1:
         return processes.serve(cfg, count, args.log_level)
-    processes.server(application, server, args.log_level).run()
-    return 0
+    return processes.server(application, server).run()
 
 
 if __name__ == "__main__":

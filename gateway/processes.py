@@ -27,9 +27,7 @@ import tempfile
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-import uvicorn
-
-from gateway import config, http1, metrics, observability, routing, supervisor
+from gateway import config, http1, listener, metrics, observability, routing, supervisor
 
 RESTART_SECONDS = 1.0  # before a serving process that died is started again
 BACKLOG = 2048  # uvicorn's own default
@@ -40,12 +38,19 @@ def count(setting: int | str) -> int:
     return len(os.sched_getaffinity(0)) if setting == "auto" else int(setting)
 
 
-def server(app: Any, cfg: config.ServerConfig, log_level: str = "warning") -> uvicorn.Server:
-    """The one uvicorn setup of every serving process: uvloop and httptools (see README,
-    Performance), no access log (the gateway writes its own line per request), uvicorn's
-    loggers left to the JSON handler `observability.configure` set (log_config=None), and no
-    X-Forwarded-* rewriting of the client address, which nothing here reads (uvicorn's
-    ProxyHeadersMiddleware wraps every request otherwise)."""
+def server(app: Any, cfg: config.ServerConfig) -> listener.Server:
+    """The server of every serving process: the gateway's own (gateway.http_server, on
+    uvloop; see README, Performance)."""
+    return listener.Server(app, cfg)
+
+
+def uvicorn_server(app: Any, cfg: config.ServerConfig, log_level: str = "warning") -> Any:
+    """uvicorn in the same setup, for the benchmark's comparison (bench/run_gateway.py
+    --server uvicorn): uvloop and httptools, no access log (the gateway writes its own line per
+    request), uvicorn's loggers left to the JSON handler `observability.configure` set
+    (log_config=None), and no X-Forwarded-* rewriting of the client address."""
+    import uvicorn
+
     return observability.Server(uvicorn.Config(
         app, host=cfg.host, port=cfg.port, loop="uvloop", http="httptools", lifespan="on",
         log_level=log_level, log_config=None, access_log=False, backlog=BACKLOG,
@@ -183,4 +188,4 @@ def run_child(raw: dict[str, Any], sock: socket.socket, log_level: str) -> None:
     gc.set_threshold(20_000, 20, 20)  # as in cli.serve
     application = app.build_app(cfg, traces=tracing.from_env(cfg.server.tracing, os.environ),
                                 manage_workers=False)
-    server(application, cfg.server, log_level).run(sockets=[sock])
+    raise SystemExit(server(application, cfg.server).run(sockets=[sock]))

@@ -17,7 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters import base, registry
-from gateway import config, deadline, exchange, observability, pipeline, routing, telemetry, tracing
+from gateway import (
+    config,
+    deadline,
+    exchange,
+    observability,
+    peer,
+    pipeline,
+    routing,
+    telemetry,
+    tracing,
+)
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -49,26 +59,31 @@ class ProtocolEndpoint:
         self.route = route  # the route's template: the metrics' and spans' `http.route`
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        await self.serve(peer.AsgiPeer(scope, receive, send))
+
+    async def serve(self, client: peer.Peer) -> None:
+        """The request of `client`, answered (the native server calls this directly)."""
+        headers = client.headers
         rid = headers.get("x-request-id") or new_id()
-        x = Exchange(rid, scope["path"], time.perf_counter(), route=self.route)
+        x = Exchange(rid, client.path, time.perf_counter(), route=self.route)
         s = self.services
         x.watch = x.note.observer = telemetry.Watch(s.tracing, headers, self.route)
         admitted = False
         # Who renders an error: the frontend until the body parsed, then that request's
         # translator (which knows the request's schema and framing).
         answerer: base.Frontend | base.Translator = self.frontend
+        send = client.send
         try:
             check_key(s.keys, headers)
             if s.in_flight >= s.config.server.max_concurrent_requests:
                 raise errors.Overloaded("too many requests in flight; retry later")
             s.in_flight += 1
             admitted = True
-            body = await read_body(receive, headers, s.config.server)
-            ctx = base.RequestContext(scope["path"], scope.get("path_params") or {}, headers,
+            body = await read_body(client.receive, headers, s.config.server)
+            ctx = base.RequestContext(client.path, client.path_params, headers,
                                       s.router.options)
             answerer = translator = self.frontend.parse(body, ctx)
-            await self._watched(self._exchange(translator, x, send), receive, x)
+            await self._watched(self._exchange(translator, x, send), client, x)
         except errors.GatewayError as exc:
             await self._fail(exc, x, send, answerer)
         except Exception as exc:  # a bug: logged with its traceback, answered cleanly
@@ -80,11 +95,17 @@ class ProtocolEndpoint:
                 s.in_flight -= 1
             observability.log_exchange(x)
 
-    async def _watched(self, work: Awaitable[None], receive: Receive, x: Exchange) -> None:
+    async def _watched(self, work: Awaitable[None], client: peer.Peer, x: Exchange) -> None:
         """Run `work`; if the client disconnects first, cancel it (which closes the upstream)."""
         task = asyncio.current_task()
         assert task is not None
-        watcher = asyncio.ensure_future(_watch_disconnect(receive, task, x))
+
+        def gone() -> None:
+            if not x.finishing:
+                x.outcome = x.error_type = "client_closed"
+                task.cancel()
+
+        stop = client.on_disconnect(gone)
         try:
             await work
         except asyncio.CancelledError:
@@ -92,7 +113,7 @@ class ProtocolEndpoint:
                 raise
             task.uncancel()
         finally:
-            watcher.cancel()
+            stop()
 
     async def _exchange(self, t: base.Translator, x: Exchange, send: Send) -> None:
         s = self.services
@@ -196,16 +217,6 @@ def new_id() -> str:
     return f"{random.getrandbits(128):032x}"
 
 
-async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any], x: Exchange) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            if not x.finishing:
-                x.outcome = x.error_type = "client_closed"
-                task.cancel()
-            return
-
-
 async def read_body(receive: Receive, headers: dict[str, str], server: config.ServerConfig) -> bytes:
     """The whole request body, refused past `max_request_bytes` or `timeouts.request_read`."""
     limit = server.max_request_bytes
@@ -271,11 +282,14 @@ class StatusEndpoint:
             s.config.server.max_request_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        ctx = base.RequestContext(scope["path"], scope.get("path_params") or {}, headers,
+        await self.serve(peer.AsgiPeer(scope, receive, send))
+
+    async def serve(self, client: peer.Peer) -> None:
+        headers = client.headers
+        ctx = base.RequestContext(client.path, client.path_params, headers,
                                   self.services.router.options)
         try:
-            if _guarded(scope["path"]):
+            if _guarded(client.path):
                 check_key(self.services.keys, headers)
             out = self.answer(self.view(), ctx)
         except errors.GatewayError as exc:
@@ -285,8 +299,9 @@ class StatusEndpoint:
             out = self.render_error(errors.GatewayError("internal gateway error"))
         hdrs = [(b"content-type", out.media_type.encode())]
         hdrs += [(k.encode(), v.encode()) for k, v in out.headers.items()]
-        await send({"type": "http.response.start", "status": out.status, "headers": hdrs})
-        await send({"type": "http.response.body", "body": out.body})
+        await client.send({"type": "http.response.start", "status": out.status,
+                           "headers": hdrs})
+        await client.send({"type": "http.response.body", "body": out.body})
 
 
 def _guarded(path: str) -> bool:

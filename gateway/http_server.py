@@ -1,0 +1,279 @@
+"""The gateway's own HTTP/1.1 server: one asyncio Protocol per connection, parsed by httptools.
+
+Why not uvicorn: the benchmark's profile put a quarter of a paced chunk and a third of a whole
+answer in the ASGI server's per-request and per-send machinery (scope building, header checks
+on every send, a task per request watching for the disconnect). Here a request's head is one
+dict, the response head is written together with its first body bytes, a chunk is one write,
+and a client that goes away cancels its request through a callback, not a watcher task.
+
+Fixed routes (`FastPaths.native`) are called with the request itself (a `gateway.peer.Peer`);
+every other path goes to the Starlette app through a plain ASGI scope. Behaviour at the wire:
+keep-alive and pipelining (requests answered in order), `Expect: 100-continue`, chunked and
+Content-Length bodies (both at once: 400), HTTP/1.0 (close-delimited streams), HEAD, a 431 for
+a head past `MAX_HEAD_BYTES`, a 408 for a head not in within `timeouts.request_read`, an idle
+keep-alive connection closed after `KEEP_ALIVE_SECONDS`, and writes that wait for a slow
+reader (transport flow control) instead of buffering without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Protocol, cast
+
+import httptools
+
+from gateway import observability
+from gateway.http_cycle import Cycle, plain_response
+
+Message = MutableMapping[str, Any]
+
+MAX_HEAD_BYTES = 64 * 1024  # request line and headers; past it: 431
+KEEP_ALIVE_SECONDS = 5.0  # an idle keep-alive connection is closed after this (uvicorn's too)
+
+
+class _HeadTooLarge(Exception):
+    pass
+
+
+Endpoint = Callable[[Cycle], Awaitable[None]]
+
+
+class Host(Protocol):
+    """What connections share (gateway.listener.Server)."""
+
+    connections: set[Connection]
+    native: dict[tuple[str, str], Endpoint]
+    head_timeout: float
+    draining: bool
+
+    async def app(self, scope: Message, receive: Any, send: Any) -> None: ...
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: parses requests, serves them one at a time in arrival order."""
+
+    def __init__(self, server: Host):
+        self.server = server
+        self.loop = asyncio.get_running_loop()
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.sockname: tuple[str, int] | None = None
+        self.peername: tuple[str, int] | None = None
+        self.current: Cycle | None = None  # the request being answered
+        self.parsing: Cycle | None = None  # the request whose body is arriving
+        self.queued: deque[Cycle] = deque()  # pipelined requests waiting their turn
+        self.task: asyncio.Task[None] | None = None
+        self.writable = True
+        self._drained: asyncio.Future[None] | None = None
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._head_size = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._paused = False
+        self._closed = False
+
+    # ---------------------------------------------------------------- transport events
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.sockname = _address(transport.get_extra_info("sockname"))
+        self.peername = _address(transport.get_extra_info("peername"))
+        self.server.connections.add(self)
+        self._arm(KEEP_ALIVE_SECONDS, self._idle_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.server.connections.discard(self)
+        self._disarm()
+        if self.current is not None:
+            self.current.on_lost()
+        for waiting in self.queued:
+            waiting.on_lost()
+        self.queued.clear()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # Not a protocol we speak (h2c, websocket): the request is answered over HTTP/1.1
+            # and the connection closed after it.
+            if self.parsing is not None:
+                self.parsing.keep_alive = False
+            elif self.current is not None:
+                self.current.keep_alive = False
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _HeadTooLarge):
+                self._reject(431, "Request header fields too large")
+            else:
+                raise
+        except httptools.HttpParserError as exc:
+            observability.logger().warning("invalid_http_request", reason=str(exc),
+                                           client=_client(self.peername))
+            self._reject(400, "Invalid HTTP request received.")
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    async def drain(self) -> None:
+        if not self.writable and not self._closed:
+            self._drained = self.loop.create_future()
+            try:
+                await self._drained
+            finally:
+                self._drained = None
+
+    # ---------------------------------------------------------------- parser callbacks
+
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = []
+        self._head_size = 0
+        self._arm(self.server.head_timeout, self._head_timeout)
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._head_size += len(url)
+        if self._head_size > MAX_HEAD_BYTES:
+            raise _HeadTooLarge
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_size += len(name) + len(value) + 4
+        if self._head_size > MAX_HEAD_BYTES:
+            raise _HeadTooLarge
+        self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        parser = self.parser
+        url = httptools.parse_url(self._url)
+        cycle = Cycle(self, parser.get_method().decode("ascii"), url.path or b"/",
+                      url.query or b"", self._headers, parser.get_http_version(),
+                      parser.should_keep_alive() and not self.server.draining)
+        self.parsing = cycle
+        if self.current is None:
+            self._start(cycle)
+        else:  # pipelined: answered after the one before it; stop reading meanwhile
+            self.queued.append(cycle)
+            self.pause_reading()
+
+    def on_body(self, body: bytes) -> None:
+        if self.parsing is not None:
+            self.parsing.on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self.parsing is not None:
+            self.parsing.on_complete()
+            self.parsing = None
+
+    # ---------------------------------------------------------------- serving
+
+    def _start(self, cycle: Cycle) -> None:
+        self.current = cycle
+        self.task = self.loop.create_task(self._serve(cycle))
+
+    async def _serve(self, cycle: Cycle) -> None:
+        try:
+            endpoint = self.server.native.get((cycle.method, cycle.path))
+            if endpoint is not None:
+                await endpoint(cycle)
+            else:
+                await self.server.app(cycle.scope(), cycle.receive, cycle.send)
+        except Exception as exc:  # the endpoints answer their own errors; this is a bug
+            observability.log_bug(cycle.headers.get("x-request-id", ""), exc)
+            if not cycle.started and not cycle.lost:
+                self.write(plain_response(500, "Internal Server Error"))
+            cycle.done = True
+            self.close()
+            return
+        if not cycle.done:  # the app returned without finishing its answer
+            if not cycle.started and not cycle.lost:
+                self.write(plain_response(500, "Internal Server Error"))
+            cycle.done = True
+            self.close()
+
+    def finished(self, cycle: Cycle) -> None:
+        """The response's last bytes are written: the next request, or close."""
+        if cycle is not self.current:
+            return
+        self.current = None
+        self.task = None
+        if not cycle.keep_alive or not cycle.body_done or self.server.draining:
+            self.close()  # an unread body (a refusal before reading it) ends the connection
+            return
+        if self.queued:
+            self._start(self.queued.popleft())
+            return
+        self.resume_reading()
+        self._arm(KEEP_ALIVE_SECONDS, self._idle_timeout)
+
+    @property
+    def draining(self) -> bool:
+        return self.server.draining
+
+    def idle(self) -> bool:
+        return self.current is None
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None and not self._closed:
+            self._closed = True
+            self.transport.close()
+
+    def pause_reading(self) -> None:
+        if not self._paused and self.transport is not None and not self._closed:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._paused and self.transport is not None and not self._closed:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _reject(self, status: int, text: str) -> None:
+        """A request that cannot be parsed: answered (unless an answer is under way) and the
+        connection closed."""
+        if self.current is None:
+            self.write(plain_response(status, text))
+        self.close()
+
+    def _arm(self, delay: float, fn: Callable[[], None]) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(delay, fn)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _idle_timeout(self) -> None:
+        if self.current is None:
+            self.close()
+
+    def _head_timeout(self) -> None:
+        if self.current is not None:  # a pipelined head: its turn comes after this answer
+            self._arm(self.server.head_timeout, self._head_timeout)
+        else:
+            self._reject(408, "Request timeout")
+
+
+def _address(addr: Any) -> tuple[str, int] | None:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        return str(addr[0]), int(addr[1])
+    return None
+
+
+def _client(addr: tuple[str, int] | None) -> str | None:
+    return f"{addr[0]}:{addr[1]}" if addr else None

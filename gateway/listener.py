@@ -1,0 +1,123 @@
+"""A serving process's life: the app's startup, listening, draining on SIGTERM, shutdown.
+
+Order (the lifecycle log events of `gateway serve`): the lifespan starts the app (managed
+workers, `ready`), then the socket listens (`listening`). SIGTERM or SIGINT logs `drain`: the
+socket stops accepting, idle keep-alive connections close, answers under way get up to
+`server.drain_seconds` to finish (each then closes its connection), what is left after that
+is cut, and the lifespan's shutdown runs (`stop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Any, Protocol
+
+from gateway import config, http_server, observability
+
+BACKLOG = 2048
+
+Scope = MutableMapping[str, Any]
+Asgi = Callable[[Scope, Any, Any], Awaitable[None]]
+
+
+class Servable(Protocol):
+    """What `gateway.app.build_app` returns: an ASGI app, its fixed routes called natively,
+    and its lifespan."""
+
+    native: dict[tuple[str, str], http_server.Endpoint]
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None: ...
+
+    def lifespan(self) -> contextlib.AbstractAsyncContextManager[None]: ...
+
+
+class Server:
+    """The gateway's HTTP server for one process (`gateway.http_server` connections)."""
+
+    def __init__(self, app: Servable, cfg: config.ServerConfig):
+        self.asgi: Asgi = app
+        self.native = app.native
+        self.servable = app
+        self.cfg = cfg
+        self.head_timeout = cfg.timeouts.request_read
+        self.connections: set[http_server.Connection] = set()
+        self.draining = False
+        self._stop: asyncio.Event | None = None
+
+    def run(self, sockets: list[socket.socket] | None = None) -> int:
+        """Serve until SIGTERM/SIGINT on uvloop; the exit code (1: the app did not start)."""
+        import uvloop
+
+        return uvloop.run(self.serve(sockets))
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> int:
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop, sig)
+        log = observability.logger()
+        try:
+            async with self.servable.lifespan():
+                async with self._listening(sockets):
+                    await self._stop.wait()
+                await self._drain()
+        except Exception as exc:  # startup failed (a worker that never came up, a bad port)
+            log.error("serve_failed", error=str(exc), exc_info=exc)
+            return 1
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        return 0
+
+    async def app(self, scope: Scope, receive: Any, send: Any) -> None:
+        await self.asgi(scope, receive, send)
+
+    def request_stop(self, sig: int = signal.SIGTERM) -> None:
+        if self._stop is not None and not self._stop.is_set():
+            observability.logger().info("drain", signal=signal.Signals(sig).name,
+                                        drain_seconds=self.cfg.drain_seconds)
+            self._stop.set()
+
+    @contextlib.asynccontextmanager
+    async def _listening(self, sockets: list[socket.socket] | None) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+
+        def factory() -> http_server.Connection:
+            return http_server.Connection(self)
+
+        if sockets:
+            servers = [await loop.create_server(factory, sock=s, backlog=BACKLOG)
+                       for s in sockets]
+        else:
+            servers = [await loop.create_server(factory, host=self.cfg.host, port=self.cfg.port,
+                                                backlog=BACKLOG, reuse_address=True)]
+        bound = [s.getsockname()[:2] for srv in servers for s in srv.sockets]
+        observability.logger().info("listening", addresses=[f"{h}:{p}" for h, p in bound])
+        try:
+            yield
+        finally:
+            self.draining = True
+            for srv in servers:
+                srv.close()
+            await asyncio.gather(*(srv.wait_closed() for srv in servers), return_exceptions=True)
+
+    async def _drain(self) -> None:
+        """Idle connections close now; answers under way get `drain_seconds`, then are cut."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cfg.drain_seconds
+        for conn in list(self.connections):
+            if conn.idle():
+                conn.close()
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        tasks = [c.task for c in self.connections if c.task is not None]
+        for conn in list(self.connections):
+            conn.close()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
