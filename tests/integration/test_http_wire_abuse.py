@@ -1,0 +1,204 @@
+"""The listening server at the byte level, part 2: malformed requests, limits and slow or
+vanishing clients (RFC 9112, RFC 9110, SPEC.md server.max_request_bytes and timeouts). Each
+wait is bounded; where today's uvicorn has no limit the test states the wanted one and is an
+xfail naming why. Well-formed framing and reuse: test_http_wire.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.integration import rawhttp
+from tests.integration.rawhttp import CHAT, Conn, Gateway, chat, chunked, request
+
+pytestmark = pytest.mark.integration
+
+# A connection that never completes a request head is dropped within this many seconds
+# (timeouts.request_read, 1 s here, plus slack for a server that keeps a separate head timeout).
+HEAD_BOUND = 10.0
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    g = rawhttp.start(tmp_path_factory.mktemp("http-wire-abuse"))
+    try:
+        yield g
+    finally:
+        g.proc.stop()
+
+
+def served(gw: Gateway) -> None:
+    """A fresh connection still gets a whole answer, promptly."""
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, chat()))
+        r = c.response()
+    assert r.status == 200 and json.loads(r.body)["choices"]
+
+
+def requests_logged(gw: Gateway) -> int:
+    return sum(1 for r in gw.log_records() if r.get("event") == "request")
+
+
+def refused(c: Conn) -> rawhttp.Response | None:
+    """The answer to a request the server must refuse: a 400 (None when it closes without
+    one), then the close; never a 5xx, never a hang."""
+    try:
+        r: rawhttp.Response | None = c.response()
+    except EOFError:
+        assert c.buf == b"", c.buf[:200]
+        r = None
+    if r is not None:
+        assert r.status == 400, (r.status, r.body[:300])
+        assert c.buf == b"" and c.closed_by_peer(2.0)
+    return r
+
+
+@pytest.mark.parametrize("head", [
+    b"GARBAGE\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: x\r\nBad-Name : v\r\n\r\n",  # RFC 9112 section 5.1: 400
+], ids=["request-line", "no-colon", "space-in-name", "space-before-colon"])
+def test_malformed_head_is_400_and_the_server_goes_on(gw: Gateway, head: bytes) -> None:
+    """RFC 9112 sections 3 and 5: a request line or field line that does not parse is a 400
+    and the connection is closed (its framing is unknown); other clients are unaffected."""
+    with Conn(gw.addr) as c:
+        c.send(head)
+        refused(c)
+    served(gw)
+
+
+def test_content_length_with_transfer_encoding_is_400_never_served(gw: Gateway) -> None:
+    """RFC 9112 section 6.1: both framings at once is request smuggling's opening; refused
+    with a 400 and the connection closed, the request never reaching the gateway's routes."""
+    body = chat()
+    before = requests_logged(gw)
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, chunked(body), {"Content-Length": str(len(body)),
+                                                     "Transfer-Encoding": "chunked"}))
+        r = refused(c)
+    assert r is not None
+    time.sleep(0.3)  # a request that did reach the app would be logged by now
+    assert requests_logged(gw) == before
+    served(gw)
+
+
+@pytest.mark.xfail(reason="uvicorn: no limit on the request head; a 100 KiB header is served",
+                   strict=False)
+def test_huge_request_head_is_431(gw: Gateway) -> None:
+    """RFC 6585 section 5: a head of 100 KiB (one field) is refused with 431 (or 400) and the
+    connection closed; nginx's and h11's limits are far below that."""
+    with Conn(gw.addr) as c:
+        c.send(request("GET", "/health", headers={"X-Big": "a" * 100 * 1024}))
+        r = c.response("GET")
+        assert r.status in (431, 400), r.status
+        assert c.closed_by_peer(2.0)
+    served(gw)
+
+
+def too_big(c: Conn, how: str) -> None:
+    """A request whose body passes max_request_bytes: declared so, or chunks that grow past it
+    (the last chunk never sent: the server must not wait for it)."""
+    if how == "declared":
+        c.send(request("POST", CHAT, headers={"Content-Length": str(rawhttp.MAX_BODY + 1)}))
+        c.send(b"{" * 1000)
+    else:
+        c.send(request("POST", CHAT, headers={"Transfer-Encoding": "chunked"}))
+        part = b"a" * 8192
+        for _ in range(rawhttp.MAX_BODY // len(part) + 2):
+            c.send(b"%x\r\n%s\r\n" % (len(part), part))
+
+
+@pytest.mark.parametrize("how", ["declared", "chunked"])
+def test_body_over_max_request_bytes_is_413_in_openai_error_body(gw: Gateway, how: str) -> None:
+    """SPEC.md: a body over `server.max_request_bytes` is a 413 in the client's error body."""
+    with Conn(gw.addr) as c:
+        too_big(c, how)
+        r = c.response()
+    assert r.status == 413
+    err = json.loads(r.body)["error"]
+    assert err["message"] and err["type"] == "invalid_request_error"
+    served(gw)
+
+
+@pytest.mark.xfail(reason="uvicorn: after a 413 the connection is kept (declared: until the "
+                          "keep-alive timer, 5 s; chunked: open until the body ends)", strict=False)
+@pytest.mark.parametrize("how", ["declared", "chunked"])
+def test_413_closes_the_connection(gw: Gateway, how: str) -> None:
+    """RFC 9110 section 15.5.14: a server refusing a body it will not read closes the
+    connection (with `connection: close`), as nginx does, rather than wait for the rest."""
+    with Conn(gw.addr) as c:
+        too_big(c, how)
+        r = c.response()
+        assert r.status == 413
+        assert (r.header("connection") or "").lower() == "close"
+        assert c.closed_by_peer(2.0)
+
+
+def test_body_that_stalls_is_408(gw: Gateway) -> None:
+    """SPEC.md server.timeouts.request_read: a client that sends its head and part of the
+    declared body, then nothing, is answered 408 once the timeout passes."""
+    body = chat()
+    with Conn(gw.addr, timeout=rawhttp.REQUEST_READ + 5) as c:
+        c.send(request("POST", CHAT, headers={"Content-Length": str(len(body))}) + body[:10])
+        started = time.monotonic()
+        r = c.response()
+        waited = time.monotonic() - started
+    assert r.status == 408, r.body[:300]
+    assert json.loads(r.body)["error"]["message"]
+    assert rawhttp.REQUEST_READ - 0.2 < waited < rawhttp.REQUEST_READ + 3
+
+
+def test_stalled_head_never_blocks_other_clients(gw: Gateway) -> None:
+    """Half a request head (and a connection that sends nothing) must not hold up anyone."""
+    with Conn(gw.addr) as half, Conn(gw.addr):
+        half.send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+        for _ in range(3):
+            started = time.monotonic()
+            served(gw)
+            assert time.monotonic() - started < 2
+
+
+@pytest.mark.xfail(reason="uvicorn: no timeout before a request head completes; a half head "
+                          "or a silent connection is held open forever", strict=False)
+def test_stalled_head_and_silent_connection_are_dropped(gw: Gateway) -> None:
+    """Slowloris: a connection that stops mid-head, or never sends a byte, is closed within
+    HEAD_BOUND (nginx: client_header_timeout; the 408 may be sent first or not)."""
+    with Conn(gw.addr) as half, Conn(gw.addr) as silent:
+        half.send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+        deadline = time.monotonic() + HEAD_BOUND
+        for c in (half, silent):
+            assert c.closes_within(max(0.0, deadline - time.monotonic()))
+            assert c.buf == b"" or c.buf.startswith((b"HTTP/1.1 408 ", b"HTTP/1.1 400 ")), c.buf
+
+
+def test_idle_keep_alive_connection_is_closed(gw: Gateway) -> None:
+    """An idle kept-alive connection is closed by the server within ~10 s (uvicorn: 5 s)."""
+    with Conn(gw.addr) as c:
+        c.send(request("GET", "/health"))
+        assert c.response("GET").status == 200
+        started = time.monotonic()
+        assert c.closed_by_peer(10.0), "kept open for 10 s"
+    assert time.monotonic() - started > 0.5  # not dropped at once either
+
+
+def test_client_closing_mid_stream_is_logged_and_others_are_served(gw: Gateway) -> None:
+    """SPEC.md: a client that disconnects ends its request (the log's outcome `client_closed`)
+    and nothing else."""
+    rid = "wire-closed-mid-stream"
+    body = chat(stream=True, content="slow [[sim itl_ms=200]]", max_tokens=50)
+    c = Conn(gw.addr)
+    c.send(request("POST", CHAT, body, {"X-Request-Id": rid}))
+    assert c.head().status == 200
+    assert c.first_chunk().startswith(b"data: {")
+    c.close()
+    served(gw)
+    deadline = time.monotonic() + 5
+    mine: list[dict[str, object]] = []
+    while not mine and time.monotonic() < deadline:
+        mine = [r for r in gw.log_records() if r.get("request_id") == rid]
+        time.sleep(0.05)
+    assert [r["outcome"] for r in mine] == ["client_closed"], mine
