@@ -246,7 +246,9 @@ class Cycle:
                 self.chunked = True
             else:
                 self.keep_alive = False  # the end of the body is the end of the connection
-        if self.conn.draining:
+        if self.conn.draining or not self.body_done:
+            # an answer given before the whole body came (a 413, a 408, a refused key): the
+            # rest will not be read, so the connection cannot carry another request
             self.keep_alive = False
         parts.append(_Clock.date())
         if not self.keep_alive:

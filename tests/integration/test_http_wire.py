@@ -1,7 +1,7 @@
 """The listening server at the byte level, part 1: framing and connection reuse of well-formed
-requests (RFC 9112, RFC 9110). Written against the contract, not against uvicorn, so that a
-server layer of our own must pass it too; where today's uvicorn falls short the test states the
-wanted behaviour and is an xfail naming why. Abuse and limits: test_http_wire_abuse.py."""
+requests (RFC 9112, RFC 9110), written against the contract rather than any one server: the
+gateway's own server (gateway.http_server) passes all of it; uvicorn, which it replaced, failed
+the Content-Length, HTTP/1.0 framing and limit cases. Abuse and limits: test_http_wire_abuse.py."""
 
 from __future__ import annotations
 
@@ -59,8 +59,6 @@ def test_keep_alive_whole_then_stream_then_a_third(gw: Gateway) -> None:
         assert c.buf == b""
 
 
-@pytest.mark.xfail(reason="uvicorn: the app sends whole answers without content-length and "
-                          "uvicorn chunk-frames them", strict=False)
 def test_whole_answer_has_content_length(gw: Gateway) -> None:
     """A whole (non-streamed) answer is one body known up front: Content-Length, no chunking
     (RFC 9112 section 6.3), as vLLM's and OpenAI's servers send it."""
@@ -124,8 +122,6 @@ def test_http10_is_answered_and_closed(gw: Gateway, stream: bool) -> None:
         assert_whole(r)
 
 
-@pytest.mark.xfail(reason="uvicorn: answers HTTP/1.0 requests with transfer-encoding: chunked",
-                   strict=False)
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_http10_answer_is_not_chunk_framed(gw: Gateway, stream: bool) -> None:
     """RFC 9112 section 6.1: a server MUST NOT send Transfer-Encoding to an HTTP/1.0 request;

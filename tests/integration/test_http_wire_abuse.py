@@ -1,7 +1,7 @@
 """The listening server at the byte level, part 2: malformed requests, limits and slow or
 vanishing clients (RFC 9112, RFC 9110, SPEC.md server.max_request_bytes and timeouts). Each
-wait is bounded; where today's uvicorn has no limit the test states the wanted one and is an
-xfail naming why. Well-formed framing and reuse: test_http_wire.py."""
+wait is bounded. uvicorn, which gateway.http_server replaced, had no limit on the request
+head, no timeout before a head completes, and kept the connection after a 413. Well-formed framing and reuse: test_http_wire.py."""
 
 from __future__ import annotations
 
@@ -86,8 +86,6 @@ def test_content_length_with_transfer_encoding_is_400_never_served(gw: Gateway) 
     served(gw)
 
 
-@pytest.mark.xfail(reason="uvicorn: no limit on the request head; a 100 KiB header is served",
-                   strict=False)
 def test_huge_request_head_is_431(gw: Gateway) -> None:
     """RFC 6585 section 5: a head of 100 KiB (one field) is refused with 431 (or 400) and the
     connection closed; nginx's and h11's limits are far below that."""
@@ -124,8 +122,6 @@ def test_body_over_max_request_bytes_is_413_in_openai_error_body(gw: Gateway, ho
     served(gw)
 
 
-@pytest.mark.xfail(reason="uvicorn: after a 413 the connection is kept (declared: until the "
-                          "keep-alive timer, 5 s; chunked: open until the body ends)", strict=False)
 @pytest.mark.parametrize("how", ["declared", "chunked"])
 def test_413_closes_the_connection(gw: Gateway, how: str) -> None:
     """RFC 9110 section 15.5.14: a server refusing a body it will not read closes the
@@ -162,8 +158,6 @@ def test_stalled_head_never_blocks_other_clients(gw: Gateway) -> None:
             assert time.monotonic() - started < 2
 
 
-@pytest.mark.xfail(reason="uvicorn: no timeout before a request head completes; a half head "
-                          "or a silent connection is held open forever", strict=False)
 def test_stalled_head_and_silent_connection_are_dropped(gw: Gateway) -> None:
     """Slowloris: a connection that stops mid-head, or never sends a byte, is closed within
     HEAD_BOUND (nginx: client_header_timeout; the 408 may be sent first or not)."""
