@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import defaultdict
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import httptools
@@ -22,6 +23,15 @@ import httptools
 from adapters import base
 from gateway import upstream
 from schemas import errors
+
+
+class Sink(Protocol):
+    """Takes a response body from the connection's callbacks (gateway.pump.Pump)."""
+
+    def data(self, data: bytes) -> None: ...
+
+    def end(self, error: str | None) -> None: ...
+
 
 HIGH_WATER = 1 << 16  # body bytes buffered before the socket is paused (aiohttp's 64 KiB)
 Origin = tuple[str, int, bool]  # host, port, tls
@@ -45,6 +55,7 @@ class Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[None] | None = None
         self.paused = False
         self.used = 0  # requests sent on this connection
+        self.sink: Sink | None = None  # gateway.pump: takes the body in data_received
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -57,6 +68,8 @@ class Connection(asyncio.Protocol):
             self._fail("the worker switched protocols")
         except httptools.HttpParserError as exc:
             self._fail(f"malformed HTTP from the worker ({exc})")
+        if self.sink is not None:
+            self.pump()
 
     def eof_received(self) -> bool | None:
         return False  # close the transport; connection_lost follows
@@ -68,6 +81,8 @@ class Connection(asyncio.Protocol):
             self._wake()
         if not self.complete:
             self._fail(f"{type(exc).__name__}: {exc}" if exc else "the connection was closed")
+        if self.sink is not None:
+            self.pump()
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -93,6 +108,23 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     # ours
+    def pump(self) -> None:
+        """Hand what arrived to the sink: the bytes of this read as one piece (one batch of
+        events, as one `read_chunk` would give), then the end or the failure."""
+        sink = self.sink
+        assert sink is not None
+        if self.chunks:
+            data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+            self.chunks.clear()
+            self.buffered = 0
+            sink.data(data)
+        if self.complete:
+            self.sink = None
+            sink.end(None)
+        elif self.error is not None:
+            self.sink = None
+            sink.end(self.error)
+
     def _fail(self, why: str) -> None:
         if self.error is None:
             self.error = why
@@ -124,6 +156,9 @@ class Connection(asyncio.Protocol):
         self.keep_alive = False
         self.framed = False
         self.used += 1
+        if self.paused and self.transport is not None:  # a relay ended with reading paused
+            self.paused = False
+            self.transport.resume_reading()
 
 
 class Http1Response:
@@ -156,6 +191,32 @@ class Http1Response:
                 await conn.waiter
             finally:
                 conn.waiter = None
+
+    def attach(self, sink: Sink) -> None:
+        """From now on the body goes to `sink` from the connection's callbacks (what came
+        already goes at once); `read_chunk` is not used meanwhile."""
+        conn = self._conn
+        conn.sink = sink
+        if conn.paused and conn.transport is not None:
+            conn.paused = False
+            conn.transport.resume_reading()
+        if conn.chunks or conn.complete or conn.error is not None:
+            conn.pump()
+
+    def detach(self) -> None:
+        self._conn.sink = None
+
+    def pause_reading(self) -> None:
+        conn = self._conn
+        if not conn.paused and conn.transport is not None:
+            conn.paused = True
+            conn.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        conn = self._conn
+        if conn.paused and conn.transport is not None:
+            conn.paused = False
+            conn.transport.resume_reading()
 
     async def read(self) -> bytes:
         parts = []

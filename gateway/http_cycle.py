@@ -188,6 +188,12 @@ class Cycle:
             raise RuntimeError(f"unexpected ASGI message {kind!r}")
 
     async def _body(self, body: bytes, more: bool) -> None:
+        if not self.write_body(body, more) and more:
+            await self.conn.drain()
+
+    def write_body(self, body: bytes, more: bool = True) -> bool:
+        """Body bytes, framed, written now (the head with the first); False when the client
+        is not taking bytes as fast as they come (await `drain` before more)."""
         if not self.started:
             raise RuntimeError("a response body before its start")
         if self.done:
@@ -195,7 +201,7 @@ class Cycle:
         if self.lost:
             if not more:
                 self.done = True
-            return
+            return True
         conn = self.conn
         if self.head_pending:
             self.head_pending = False
@@ -217,8 +223,10 @@ class Cycle:
             self.done = True
             self._wake()
             conn.finished(self)
-        elif not conn.writable:
-            await conn.drain()
+        return conn.writable
+
+    async def drain(self) -> None:
+        await self.conn.drain()
 
     def _head_bytes(self, length: int | None) -> bytes:
         """Status line and headers; framing from the app's headers, else Content-Length when

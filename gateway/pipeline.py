@@ -18,12 +18,12 @@ import asyncio
 import random
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import tenacity
 
 from adapters import base
-from gateway import affinity, balancer, config, deadline, routing, upstream
+from gateway import affinity, balancer, config, deadline, pump, routing, upstream
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -189,34 +189,62 @@ class Pipeline:
         return Opened(resp, dec, dec.close(), False)
 
     def batches(self, opened: Opened) -> AsyncGenerator[list[ev.Event], None]:
-        """Event batches, one per upstream read; the upstream is closed however this ends. A
-        stream that may be continued elsewhere is relayed through `_resilient`."""
-        job = opened.job
-        if (self.failover_attempts and opened.more and job is not None and job.req.stream
-                and job.route.backend.continuation(job.req, "", 0) is not None):
-            return self._resilient(opened, job)
+        """Event batches, one per upstream read; the upstream is closed however this ends
+        (a whole answer's; a stream goes through `stream`, which continues it elsewhere)."""
         return self._relay(opened)
 
-    async def _resilient(self, opened: Opened, job: Job) -> AsyncGenerator[list[ev.Event], None]:
-        """Relay, noting the text and tokens the client got; when the worker fails after the
-        first byte, ask another for the rest (Role events of the new stream dropped; its usage
-        counts the answer as one: the client's prompt, every completion token)."""
-        seen = Progress()
+    async def stream(self, opened: Opened, deliver: pump.Deliver, drain: pump.Drain) -> None:
+        """Every batch of a streamed answer to `deliver` (False: wait for `drain` before the
+        next), continued on another worker like `batches`; from the worker connection's own
+        callbacks (gateway.pump) where its response offers them, else from this task."""
+        job = opened.job
+        seen = Progress() if self._resumable(opened) else None
         current, left = opened, self.failover_attempts
         while True:
-            relay = self._relay(current)
             try:
-                async for batch in relay:
-                    if seen.track(batch):
-                        yield batch
+                await self._pump(current, deliver, drain, seen)
                 return
             except (errors.UpstreamBroken, errors.UpstreamTimeout) as exc:
-                if not left or seen.mixed:
+                if seen is None or job is None or not left or seen.mixed:
                     raise
                 left -= 1
                 current = await self._continue(job, seen, current.url, exc)
+
+    async def _pump(self, opened: Opened, deliver: pump.Deliver, drain: pump.Drain,
+                    seen: Progress | None) -> None:
+        """One worker's answer to `deliver`; accounted to its upstream like `_relay`."""
+        if not hasattr(opened.resp, "attach"):
+            relay = self._relay(opened)
+            try:
+                async for batch in relay:
+                    if (seen is None or seen.track(batch)) and not deliver(batch):
+                        await drain()
             finally:
-                await relay.aclose()  # at once, not at GC: the worker aborts when we go
+                await relay.aclose()
+            return
+        ups = opened.job.route.upstreams if opened.job is not None else None
+        try:
+            first = opened.first
+            if (seen is None or seen.track(first)) and not deliver(first):
+                await drain()
+            if opened.more:
+                resp: Any = opened.resp
+                await pump.Pump(resp, opened.decoder, deliver, seen, self.timeouts.idle).run(
+                    drain)
+            if ups is not None:
+                ups.succeeded(opened.url)
+        except (errors.UpstreamBroken, errors.UpstreamTimeout):
+            if ups is not None:  # the worker failed after its first byte
+                ups.failed(opened.url)
+            raise
+        finally:
+            await opened.close(ups)
+
+    def _resumable(self, opened: Opened) -> bool:
+        job = opened.job
+        return bool(self.failover_attempts and opened.more and job is not None
+                    and job.req.stream and job.route.backend.continuation(job.req, "", 0)
+                    is not None)
 
     async def _continue(self, job: Job, seen: Progress, failed: str,
                         cause: errors.GatewayError) -> Opened:
@@ -240,7 +268,7 @@ class Pipeline:
     async def _relay(self, opened: Opened) -> AsyncGenerator[list[ev.Event], None]:
         """Event batches of one upstream answer, one per read."""
         loop = asyncio.get_running_loop()
-        dog = IdleWatchdog(loop, self.timeouts.idle)
+        dog = deadline.IdleWatchdog(loop, self.timeouts.idle)
         try:
             yield opened.first
             read = opened.resp.read_chunk
@@ -316,35 +344,3 @@ class Progress:
     def continued(self) -> None:
         self.base = self.tokens
         self.resumed = True
-
-
-class IdleWatchdog:
-    """Cancels the reading task when the worker is silent for `idle` seconds while awaited.
-
-    Costs one float store per chunk, where an asyncio.timeout per read costs about 5 us.
-    """
-
-    __slots__ = ("_handle", "_idle", "_loop", "fired", "last", "task", "waiting")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, idle: float):
-        self._loop = loop
-        self._idle = idle
-        self.task = asyncio.current_task()
-        self.last = loop.time()
-        self.waiting = False
-        self.fired = False
-        self._handle = loop.call_at(self.last + idle, self._check)
-
-    def _check(self) -> None:
-        now = self._loop.time()
-        if not self.waiting:
-            self.last = max(self.last, now)
-        due = self.last + self._idle
-        if self.waiting and now >= due and self.task is not None:
-            self.fired = True
-            self.task.cancel()
-        else:
-            self._handle = self._loop.call_at(max(due, now + 0.001), self._check)
-
-    def cancel(self) -> None:
-        self._handle.cancel()

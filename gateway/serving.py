@@ -83,7 +83,7 @@ class ProtocolEndpoint:
             ctx = base.RequestContext(client.path, client.path_params, headers,
                                       s.router.options)
             answerer = translator = self.frontend.parse(body, ctx)
-            await self._watched(self._exchange(translator, x, send), client, x)
+            await self._watched(self._exchange(translator, x, client), client, x)
         except errors.GatewayError as exc:
             await self._fail(exc, x, send, answerer)
         except Exception as exc:  # a bug: logged with its traceback, answered cleanly
@@ -115,7 +115,7 @@ class ProtocolEndpoint:
         finally:
             stop()
 
-    async def _exchange(self, t: base.Translator, x: Exchange, send: Send) -> None:
+    async def _exchange(self, t: base.Translator, x: Exchange, client: peer.Peer) -> None:
         s = self.services
         req = t.request
         route = s.router.resolve(req.model)
@@ -128,34 +128,54 @@ class ProtocolEndpoint:
         x.response_id = meta.id
         opened = await s.pipeline.open(route, req, x.request_id, x.note)
         x.first_event_at = time.perf_counter()
-        batches = s.pipeline.batches(opened)
         try:
             if req.stream:
-                await self._stream(t, meta, batches, x, send)
+                await self._stream(t, meta, opened, x, client)
             else:
-                await self._whole(t, meta, batches, x, send)
+                await self._whole(t, meta, s.pipeline.batches(opened), x, client.send)
         finally:  # however it ended: the upstream closed, its in-flight count ended
             await opened.close(route.upstreams)
 
     async def _stream(self, t: base.Translator, meta: base.ResponseMeta,
-                      batches: Any, x: Exchange, send: Send) -> None:
+                      opened: pipeline.Opened, x: Exchange, client: peer.Peer) -> None:
+        """Each batch encoded and written as it comes: by the client's `write_body` without
+        an await where it has one (the gateway's own server; the pipeline may then run this
+        in the worker connection's callback), else one ASGI send per batch."""
         enc = t.encoder(meta)
         await self._head(200, enc.media_type, {"cache-control": "no-cache", **enc.headers}, x,
-                         send)
-        prev: list[ev.Event] = []
-        last: list[ev.Event] = []
+                         client.send)
+        ends: list[list[ev.Event]] = [[], []]  # the last two batches
+        write: Callable[[bytes], bool] | None = getattr(client, "write_body", None)
+        pending: list[bytes] = []  # ASGI: what the next send carries
+
+        def emit(batch: list[ev.Event]) -> bool:
+            x.reads += 1
+            out = b"".join([enc.encode(e) for e in batch]) + enc.flush()
+            if isinstance(batch[-1], ev.Usage):
+                x.usage = batch[-1]
+            ends[0], ends[1] = ends[1], batch
+            if not out:
+                return True
+            if write is not None:
+                return write(out)
+            pending.append(out)
+            return False
+
+        async def drain() -> None:
+            if write is None:
+                out = b"".join(pending)
+                pending.clear()
+                await client.send({"type": "http.response.body", "body": out,
+                                   "more_body": True})
+            else:
+                await client.drain()  # type: ignore[attr-defined]
+
         try:
-            async for batch in batches:
-                x.reads += 1
-                out = b"".join([enc.encode(e) for e in batch]) + enc.flush()
-                if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
-                if isinstance(batch[-1], ev.Usage):
-                    x.usage = batch[-1]
-                prev, last = last, batch
+            await self.services.pipeline.stream(opened, emit, drain)
             tail = enc.finish()
             # Workers end a stream with its finish and usage: its last two reads, not each one.
-            x.finish_reasons = [e.reason for e in (*prev, *last) if isinstance(e, ev.Finish)]
+            x.finish_reasons = [e.reason for e in (*ends[0], *ends[1])
+                                if isinstance(e, ev.Finish)]
         except errors.GatewayError as exc:  # after the first byte: in-band, never a quiet cut
             x.error, x.outcome = logged(exc), "upstream_error"
             x.error_type = telemetry.error_type(exc)
@@ -164,10 +184,9 @@ class ProtocolEndpoint:
             observability.log_bug(x.request_id, exc)
             x.error, x.outcome, x.error_type = str(exc), "bug", "internal"
             tail = enc.fail(errors.GatewayError("internal gateway error"))
-        finally:
-            await batches.aclose()
         x.finishing = True
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        await client.send({"type": "http.response.body", "body": b"".join([*pending, tail]),
+                           "more_body": False})
 
     async def _whole(self, t: base.Translator, meta: base.ResponseMeta,
                      batches: Any, x: Exchange, send: Send) -> None:
