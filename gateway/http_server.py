@@ -73,6 +73,8 @@ class Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._paused = False
         self._closed = False
+        self._upgraded = False  # the parser stopped at an Upgrade request (we do not follow)
+        self._raw_left = 0  # that request's body bytes still to come
 
     # ---------------------------------------------------------------- transport events
 
@@ -96,15 +98,17 @@ class Connection(asyncio.Protocol):
             self._drained.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        if self._upgraded:
+            self._after_upgrade(data)
+            return
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            # Not a protocol we speak (h2c, websocket): the request is answered over HTTP/1.1
-            # and the connection closed after it.
-            if self.parsing is not None:
-                self.parsing.keep_alive = False
-            elif self.current is not None:
-                self.current.keep_alive = False
+        except httptools.HttpParserUpgrade as exc:
+            # Not a protocol we speak (`curl --http2` asks for h2c): the request is answered
+            # over HTTP/1.1 and the connection closed after it. The parser takes what follows
+            # the head for the new protocol; a body the request declared is still its body.
+            self._upgraded = True
+            self._after_upgrade(data[exc.args[0]:])
         except httptools.HttpParserCallbackError as exc:
             if isinstance(exc.__context__, _HeadTooLarge):
                 self._reject(431, "Request header fields too large")
@@ -170,8 +174,29 @@ class Connection(asyncio.Protocol):
             self.parsing.on_body(body)
 
     def on_message_complete(self) -> None:
-        if self.parsing is not None:
-            self.parsing.on_complete()
+        cycle = self.parsing
+        if cycle is None:
+            return
+        if self.parser.should_upgrade():
+            cycle.keep_alive = False
+            length = cycle.headers.get("content-length", "")
+            self._raw_left = int(length) if length.isdigit() else 0
+            if self._raw_left:
+                return  # the body comes after the head as "upgraded" bytes
+        cycle.on_complete()
+        self.parsing = None
+
+    def _after_upgrade(self, data: bytes) -> None:
+        """Bytes after a head asking for another protocol: the declared body, then nothing."""
+        cycle = self.parsing
+        if cycle is None or not self._raw_left:
+            return
+        body = data[:self._raw_left]
+        self._raw_left -= len(body)
+        if body:
+            cycle.on_body(body)
+        if not self._raw_left:
+            cycle.on_complete()
             self.parsing = None
 
     # ---------------------------------------------------------------- serving

@@ -246,3 +246,23 @@ def test_fifty_concurrent_streams_all_complete_well_framed(gw: Gateway) -> None:
         assert_stream(r)
         ids.add(r.header("x-request-id"))
     assert len(ids) == 50
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_h2c_upgrade_offer_is_answered_over_http11_with_its_body(gw: Gateway,
+                                                                     stream: bool) -> None:
+    """`curl --http2 -d ...` on a plain-http URL sends `Upgrade: h2c` with its POST body
+    (RFC 7540 section 3.2; curl 7.88 does). A server that does not switch protocols answers
+    over HTTP/1.1 (RFC 9110 section 7.8: it may ignore Upgrade); the body after the head is
+    still the request's body, not the new protocol's bytes, and the connection then closes."""
+    body = chat(stream=stream)
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, body, headers={
+            "Connection": "Upgrade, HTTP2-Settings", "Upgrade": "h2c",
+            "HTTP2-Settings": "AAMAAABkAAQCAAAAAAIAAAAA"}))
+        r = c.response()
+        if stream:
+            assert_stream(r)
+        else:
+            assert_whole(r)
+        assert c.closed_by_peer(5.0)
