@@ -112,8 +112,11 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserCallbackError as exc:
             if isinstance(exc.__context__, _HeadTooLarge):
                 self._reject(431, "Request header fields too large")
-            else:
-                raise
+            else:  # a request target no URL parser takes, say
+                observability.logger().warning("invalid_http_request",
+                                               reason=repr(exc.__context__),
+                                               client=_client(self.peername))
+                self._reject(400, "Invalid HTTP request received.")
         except httptools.HttpParserError as exc:
             observability.logger().warning("invalid_http_request", reason=str(exc),
                                            client=_client(self.peername))
@@ -236,6 +239,7 @@ class Connection(asyncio.Protocol):
             return
         if self.queued:
             self._start(self.queued.popleft())
+            self.resume_reading()  # its body may still be on the way
             return
         self.resume_reading()
         self._arm(KEEP_ALIVE_SECONDS, self._idle_timeout)

@@ -61,7 +61,10 @@ def refused(c: Conn) -> rawhttp.Response | None:
     b"GET /health HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
     b"GET /health HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n",
     b"GET /health HTTP/1.1\r\nHost: x\r\nBad-Name : v\r\n\r\n",  # RFC 9112 section 5.1: 400
-], ids=["request-line", "no-colon", "space-in-name", "space-before-colon"])
+    b"GET http://[::1 HTTP/1.1\r\nHost: x\r\n\r\n",  # a target no URL parser takes
+    b"GET http://a:99999/ HTTP/1.1\r\nHost: x\r\n\r\n",
+], ids=["request-line", "no-colon", "space-in-name", "space-before-colon", "bad-authority",
+        "bad-port"])
 def test_malformed_head_is_400_and_the_server_goes_on(gw: Gateway, head: bytes) -> None:
     """RFC 9112 sections 3 and 5: a request line or field line that does not parse is a 400
     and the connection is closed (its framing is unknown); other clients are unaffected."""
