@@ -84,6 +84,21 @@ def test_pipelined_requests_are_answered_in_order(gw: Gateway) -> None:
     assert third.status == 200 and b'"object":"list"' in third.body
 
 
+def test_a_pipelined_body_that_arrives_late_is_still_read(gw: Gateway) -> None:
+    """The second of two pipelined requests sends its head while the first is still being
+    answered (a slow stream) and its body only afterwards: it is read and answered too."""
+    slow = chat(stream=True, content="slow [[sim itl_ms=40]]", max_tokens=8)
+    body = chat(content="x" * 30_000)
+    second_head = request("POST", CHAT, body)[:-len(body)]
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, slow) + second_head)
+        first = c.response()
+        c.send(body)
+        second = c.response()
+    assert_stream(first)
+    assert_whole(second)
+
+
 def test_expect_100_continue_then_body(gw: Gateway) -> None:
     """RFC 9110 section 10.1.1: the client waits for `100 Continue` before sending its body."""
     body = chat()
