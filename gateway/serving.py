@@ -132,7 +132,7 @@ class ProtocolEndpoint:
             if req.stream:
                 await self._stream(t, meta, opened, x, client)
             else:
-                await self._whole(t, meta, s.pipeline.batches(opened), x, client.send)
+                await self._whole(t, meta, opened, x, client.send)
         finally:  # however it ended: the upstream closed, its in-flight count ended
             await opened.close(route.upstreams)
 
@@ -189,11 +189,14 @@ class ProtocolEndpoint:
                            "more_body": False})
 
     async def _whole(self, t: base.Translator, meta: base.ResponseMeta,
-                     batches: Any, x: Exchange, send: Send) -> None:
-        done = canonical.Completion.fold((), t.request.choice_count)
-        async for batch in batches:
-            for e in batch:
-                done.add(e)
+                     opened: pipeline.Opened, x: Exchange, send: Send) -> None:
+        done = canonical.Completion.fold(opened.first, t.request.choice_count)
+        if opened.more:  # a whole answer asked of a worker that streamed it
+            batches = self.services.pipeline.batches(opened)
+            await batches.__anext__()  # the first batch, folded already
+            async for batch in batches:
+                for e in batch:
+                    done.add(e)
         x.usage = done.usage
         x.finish_reasons = [c.finish.reason for c in done.choices if c.finish is not None]
         out = t.render(done, meta)

@@ -130,8 +130,8 @@ def plan(table: Table, req: canonical.InferenceRequest, worker: str,
     null (as trtllm-serve's `extra="forbid"` does)."""
     out: Plan = []
     todo = list(asked(req))
-    if table_order:
-        rank = {name: i for i, name in enumerate(table)}
+    if table_order and len(todo) > 1:
+        rank = _rank(table)
         todo.sort(key=lambda f: len(rank) + 1 if f[2] else rank.get(f[0], len(rank)))
     for name, value, extra in todo:
         rule = (extras if extra and extras is not None else table).get(name)
@@ -159,6 +159,17 @@ def plan(table: Table, req: canonical.InferenceRequest, worker: str,
                 raise refuse(name, rule.why, worker)
         out.append((name, extra, fields))
     return out
+
+
+_ranks: dict[int, tuple[Table, dict[str, int]]] = {}
+
+
+def _rank(table: Table) -> dict[str, int]:
+    """Each field's place in `table`, made once per table (tables are module constants)."""
+    known = _ranks.get(id(table))
+    if known is None or known[0] is not table:
+        known = _ranks[id(table)] = (table, {name: i for i, name in enumerate(table)})
+    return known[1]
 
 
 def apply(table: Table, req: canonical.InferenceRequest, worker: str,
