@@ -83,7 +83,8 @@ class ServerConfig(_Frozen):
     drain_seconds: float = Field(30, ge=0)  # SIGTERM: time given to in-flight streams
     failover_attempts: int = Field(1, ge=0, le=10)  # continuations of a stream cut mid-way
     health: HealthConfig = HealthConfig()
-    # serving processes on the one port; "auto": one per CPU this process may run on
+    # serving processes on the one port; "auto": one per CPU this process may use (its
+    # affinity mask, capped by its cgroup's CPU quota: gateway.processes.count)
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
     # OpenTelemetry spans (the `otel` extra): auto = when OTEL_TRACES_EXPORTER or an
     # OTEL_EXPORTER_OTLP_*ENDPOINT variable asks for an exporter (gateway/tracing.py).

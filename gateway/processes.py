@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import math
 import multiprocessing
 import os
 import shutil
@@ -33,9 +34,36 @@ RESTART_SECONDS = 1.0  # before a serving process that died is started again
 BACKLOG = 2048  # uvicorn's own default
 
 
-def count(setting: int | str) -> int:
-    """Serving processes for `server.workers`: `auto` is the CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if setting == "auto" else int(setting)
+def count(setting: int | str, cgroup: str = "/sys/fs/cgroup") -> int:
+    """Serving processes for `server.workers`: `auto` is the CPUs this process may use, the
+    fewer of its affinity mask and its cgroup's CPU quota (a pod's `resources.limits.cpu`,
+    rounded up), so that a pod limited to 2 CPUs on a 64-core node runs 2, not 64."""
+    if setting != "auto":
+        return int(setting)
+    cpus = len(os.sched_getaffinity(0))
+    quota = cgroup_cpus(cgroup)
+    return max(1, min(cpus, quota)) if quota is not None else cpus
+
+
+def cgroup_cpus(root: str = "/sys/fs/cgroup") -> int | None:
+    """CPUs the cgroup's quota allows (v2 `cpu.max`, else v1 `cpu.cfs_quota_us` over
+    `cpu.cfs_period_us`), rounded up; None where no quota is set or none can be read."""
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:
+            quota, _, period = f.read().strip().partition(" ")
+        if quota == "max":
+            return None
+        return math.ceil(int(quota) / int(period or 100_000))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
+            quota_us = int(f.read())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
+            period_us = int(f.read())
+    except (OSError, ValueError):
+        return None
+    return math.ceil(quota_us / period_us) if quota_us > 0 and period_us > 0 else None
 
 
 def server(app: Any, cfg: config.ServerConfig) -> listener.Server:
