@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adapters import registry
@@ -126,6 +126,19 @@ class FastPaths:
 
     def lifespan(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self._lifespan(self.starlette)
+
+    def match(self, method: str, path: str) -> tuple[Callable[[Any], Awaitable[None]],
+                                                     dict[str, Any]] | None:
+        """The native endpoint and path parameters of a path-parameter route (Starlette's own
+        matching, first full match in route order); None where Starlette should answer (no
+        route, a method the route does not take, an endpoint with no native form)."""
+        scope = {"type": "http", "path": path, "method": method}
+        for route in self.starlette.router.routes:
+            found, child = route.matches(scope)
+            if found is Match.FULL:
+                serve = getattr(child.get("endpoint"), "serve", None)
+                return (serve, child["path_params"]) if serve is not None else None
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

@@ -50,6 +50,8 @@ class Host(Protocol):
 
     async def app(self, scope: Message, receive: Any, send: Any) -> None: ...
 
+    def match(self, method: str, path: str) -> tuple[Endpoint, dict[str, Any]] | None: ...
+
 
 class Connection(asyncio.Protocol):
     """One client connection: parses requests, serves them one at a time in arrival order."""
@@ -211,6 +213,8 @@ class Connection(asyncio.Protocol):
     async def _serve(self, cycle: Cycle) -> None:
         try:
             endpoint = self.server.native.get((cycle.method, cycle.path))
+            if endpoint is None and (found := self.server.match(cycle.method, cycle.path)):
+                endpoint, cycle.path_params = found
             if endpoint is not None:
                 await endpoint(cycle)
             else:

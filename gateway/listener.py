@@ -32,6 +32,9 @@ class Servable(Protocol):
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None: ...
 
+    def match(self, method: str, path: str) -> tuple[http_server.Endpoint,
+                                                     dict[str, Any]] | None: ...
+
     def lifespan(self) -> contextlib.AbstractAsyncContextManager[None]: ...
 
 
@@ -75,6 +78,10 @@ class Server:
 
     async def app(self, scope: Scope, receive: Any, send: Any) -> None:
         await self.asgi(scope, receive, send)
+
+    def match(self, method: str, path: str) -> tuple[http_server.Endpoint,
+                                                     dict[str, Any]] | None:
+        return self.servable.match(method, path)
 
     def request_stop(self, sig: int = signal.SIGTERM) -> None:
         if self._stop is not None and not self._stop.is_set():
