@@ -6,8 +6,9 @@ on every send, a task per request watching for the disconnect). Here a request's
 dict, the response head is written together with its first body bytes, a chunk is one write,
 and a client that goes away cancels its request through a callback, not a watcher task.
 
-Fixed routes (`FastPaths.native`) are called with the request itself (a `gateway.peer.Peer`);
-every other path goes to the Starlette app through a plain ASGI scope. Behaviour at the wire:
+Inference and status routes are called with the request itself (a `gateway.peer.Peer`): fixed
+paths from `FastPaths.native`, path-parameter routes by `FastPaths.match` (Starlette's own
+matching); everything else (404/405, /metrics) goes to the Starlette app as plain ASGI. Behaviour at the wire:
 keep-alive and pipelining (requests answered in order), `Expect: 100-continue`, chunked and
 Content-Length bodies (both at once: 400), HTTP/1.0 (close-delimited streams), HEAD, a 431 for
 a head past `MAX_HEAD_BYTES`, a 408 for a head not in within `timeouts.request_read`, an idle
