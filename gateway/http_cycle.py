@@ -79,9 +79,9 @@ class Cycle:
     """One request on a connection and its response: what an endpoint reads and writes
     (`gateway.peer.Peer`: path, headers, receive, send, on_disconnect)."""
 
-    __slots__ = ("_lost_hook", "_waiter", "body", "body_done", "body_size", "chunked",
-                 "conn", "delivered", "done", "head", "head_pending", "headers", "http_version", "keep_alive",
-                 "length_known", "lost", "method", "path", "path_params", "query", "raw_headers",
+    __slots__ = ("_lost_hook", "_waiter", "body", "body_done", "body_size", "chunked", "conn",
+                 "delivered", "done", "head", "head_pending", "headers", "http_version",
+                 "keep_alive", "lost", "method", "path", "path_params", "query", "raw_headers",
                  "raw_path", "started", "status", "wants_continue")
 
     def __init__(self, conn: Link, method: str, raw_path: bytes, query: bytes,
@@ -110,7 +110,6 @@ class Cycle:
         self.head_pending = False
         self.status = 0
         self.chunked = False
-        self.length_known = False
         self.done = False  # the response's last byte is written
 
     # ---------------------------------------------------------------- request side
