@@ -12,6 +12,7 @@ deadline passes, the task is cancelled, and that cancellation (and only that one
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from types import TracebackType
 
 
@@ -52,16 +53,19 @@ class Deadline:
 
 
 class IdleWatchdog:
-    """Cancels the reading task when the worker is silent for `idle` seconds while awaited.
+    """Cancels the reading task (or calls `on_idle`) when the worker is silent for `idle`
+    seconds while `waiting`; `last` is when it last sent something.
 
     Costs one float store per chunk, where an asyncio.timeout per read costs about 5 us.
     """
 
-    __slots__ = ("_handle", "_idle", "_loop", "fired", "last", "task", "waiting")
+    __slots__ = ("_handle", "_idle", "_loop", "fired", "last", "on_idle", "task", "waiting")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, idle: float):
+    def __init__(self, loop: asyncio.AbstractEventLoop, idle: float,
+                 on_idle: Callable[[], None] | None = None):
         self._loop = loop
         self._idle = idle
+        self.on_idle = on_idle
         self.task = asyncio.current_task()
         self.last = loop.time()
         self.waiting = False
@@ -73,9 +77,12 @@ class IdleWatchdog:
         if not self.waiting:
             self.last = max(self.last, now)
         due = self.last + self._idle
-        if self.waiting and now >= due and self.task is not None:
+        if self.waiting and now >= due and (self.on_idle or self.task) is not None:
             self.fired = True
-            self.task.cancel()
+            if self.on_idle is not None:
+                self.on_idle()
+            elif self.task is not None:
+                self.task.cancel()
         else:
             self._handle = self._loop.call_at(max(due, now + 0.001), self._check)
 

@@ -114,16 +114,20 @@ class Connection(asyncio.Protocol):
         sink = self.sink
         assert sink is not None
         if self.chunks:
-            data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
-            self.chunks.clear()
-            self.buffered = 0
-            sink.data(data)
+            sink.data(self.take())
         if self.complete:
             self.sink = None
             sink.end(None)
         elif self.error is not None:
             self.sink = None
             sink.end(self.error)
+
+    def take(self) -> bytes:
+        """The body bytes buffered since the last take, as one piece."""
+        data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+        self.chunks.clear()
+        self.buffered = 0
+        return data
 
     def _fail(self, why: str) -> None:
         if self.error is None:
@@ -175,9 +179,7 @@ class Http1Response:
         conn = self._conn
         while True:
             if conn.chunks:
-                data = conn.chunks[0] if len(conn.chunks) == 1 else b"".join(conn.chunks)
-                conn.chunks.clear()
-                conn.buffered = 0
+                data = conn.take()
                 if conn.paused and conn.transport is not None:
                     conn.paused = False
                     conn.transport.resume_reading()

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from adapters import base
-from gateway import upstream
+from gateway import deadline, upstream
 from schemas import errors
 from schemas import events as ev
 
@@ -46,8 +46,8 @@ class Attachable(Protocol):
 class Pump:
     """Relays one worker answer, after its first batch, from the connection's callbacks."""
 
-    __slots__ = ("_dog", "_loop", "_wake", "decoder", "deliver", "full", "idle", "last",
-                 "outcome", "resp", "seen")
+    __slots__ = ("_dog", "_loop", "_wake", "decoder", "deliver", "full", "idle", "outcome",
+                 "resp", "seen")
 
     def __init__(self, resp: Attachable, decoder: base.StreamDecoder, deliver: Deliver,
                  seen: Tracker | None, idle: float):
@@ -57,22 +57,23 @@ class Pump:
         self.deliver = deliver
         self.seen = seen
         self.idle = idle
-        self.last = self._loop.time()
         self.full = False  # the client cannot take more: the worker is not read meanwhile
         self.outcome: BaseException | bool | None = None  # True: the answer ended well
         self._wake: asyncio.Future[None] | None = None
-        self._dog: asyncio.TimerHandle | None = None
+        # the worker's silence counts only while the client takes what comes
+        self._dog = deadline.IdleWatchdog(self._loop, idle, self._went_silent)
+        self._dog.waiting = True
 
     async def run(self, drain: Drain) -> None:
         """Until the answer ends; raises what ended it otherwise."""
-        self._dog = self._loop.call_later(self.idle, self._check_idle)
         self.resp.attach(self)
         try:
             while self.outcome is None:
                 if self.full:
                     await drain()
                     self.full = False
-                    self.last = self._loop.time()
+                    self._dog.last = self._loop.time()
+                    self._dog.waiting = True
                     self.resp.resume_reading()
                     continue
                 self._wake = self._loop.create_future()
@@ -90,11 +91,12 @@ class Pump:
     def data(self, data: bytes) -> None:
         if self.outcome is not None:
             return
-        self.last = self._loop.time()
+        self._dog.last = self._loop.time()
         try:
             out = self.decoder.feed(data)
             if out and (self.seen is None or self.seen.track(out)) and not self.deliver(out):
                 self.full = True
+                self._dog.waiting = False
                 self.resp.pause_reading()
                 self._signal()
         except Exception as exc:  # noqa: BLE001 - handed to the task, which raises it
@@ -124,12 +126,6 @@ class Pump:
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
 
-    def _check_idle(self) -> None:
-        now = self._loop.time()
-        if self.full:  # a slow client is not a silent worker
-            self.last = now
-        due = self.last + self.idle
-        if now >= due and self.outcome is None:
+    def _went_silent(self) -> None:
+        if self.outcome is None:
             self._finish(errors.UpstreamTimeout(f"the worker sent nothing for {self.idle:g}s"))
-        elif self.outcome is None:
-            self._dog = self._loop.call_at(max(due, now + 0.001), self._check_idle)
