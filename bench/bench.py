@@ -314,6 +314,16 @@ def start_nginx(procs: Processes, tmp: Path, sim_port: int, quiet: bool,
     return proc, port
 
 
+def start_python_floor(procs: Processes, tmp: Path, mode: str, sim_port: int,
+                       args: argparse.Namespace) -> tuple[Proc, int]:
+    port = free_port()
+    proc = procs.start("python-floor", [PY, str(HERE / "python_floor.py"), "--port", str(port),
+                                        "--upstream-port", str(sim_port), "--mode", mode],
+                       args.proxy_core, tmp / f"python-floor-{mode}-{port}.log")
+    wait_healthy(proc, f"http://127.0.0.1:{port}/health")
+    return proc, port
+
+
 # ---------------------------------------------------------------- one measurement
 
 
@@ -478,7 +488,7 @@ def summary_table(report: dict[str, Any], args: argparse.Namespace) -> str:
                 added = (f"{r['ttft_ms']['p50'] - direct['ttft_ms']['p50']:+.2f} / "
                          f"{r['ttft_ms']['p99'] - direct['ttft_ms']['p99']:+.2f}")
             ratio = "–"
-            if label.startswith("gateway") and ng and ng.get(per) and r.get(per):
+            if not label.startswith(("direct", "nginx")) and ng and ng.get(per) and r.get(per):
                 ratio = f"{r[per] / ng[per]:.2f}×"
             chunk = fmt(r.get("cpu_us_per_chunk")) if data["settings"]["stream"] else "–"
             lines.append(f"| {name} | {clients(data['settings'], args)} | {label} "
@@ -504,7 +514,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cases", default="stream-saturated,stream-paced,whole-saturated,whole-one-client",
                    help=f"comma list of {', '.join(CASES)}")
     p.add_argument("--targets", default="direct,nginx,gateway",
-                   help="comma list of direct, nginx, gateway")
+                   help="comma list of direct, nginx, python-floor (bench/python_floor.py: "
+                        "a bare asyncio relay, bytes and json), gateway")
     p.add_argument("--client", default="http1",
                    help="the gateway's upstream client(s): comma list of http1, aiohttp, httpx")
     p.add_argument("--server", default="native",
@@ -513,6 +524,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--logs", choices=["on", "off", "both"], default="on",
                    help="per-request log lines of the proxies (gateway JSON line, nginx "
                         "access log): on (production), off, or both")
+    p.add_argument("--baseline-server", default="uvicorn", choices=("native", "uvicorn", "granian"),
+                   help="the server the baseline checkout runs (its run_gateway.py must know it)")
     p.add_argument("--baseline", metavar="DIR",
                    help="also measure the gateway of another checkout (e.g. a worktree of "
                         "main), with its own defaults, in the same run")
@@ -641,13 +654,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             targets += [{"label": "nginx" + ("-quiet" if q else ""), "kind": "nginx", "quiet": q}
                         for q in logs]
+    if "python-floor" in args.targets:  # what any asyncio relay pays: see python_floor.py
+        targets += [{"label": f"python-floor-{m}", "kind": "python-floor", "mode": m}
+                    for m in ("bytes", "json")]
     if "gateway" in args.targets:
         for server, client, quiet in itertools.product(args.servers, args.clients, logs):
             targets.append({"label": f"gateway-{server}-{client}" + ("-quiet" if quiet else ""),
                             "kind": "gateway", "server": server, "client": client,
                             "quiet": quiet})
         if args.baseline:  # the same measurement of another checkout, in the same run
-            targets.append({"label": "gateway-baseline", "kind": "gateway", "server": "uvicorn",
+            targets.append({"label": "gateway-baseline", "kind": "gateway",
+                            "server": args.baseline_server,
                             "quiet": False, "root": args.baseline})
 
     out_dir = Path(args.out)
@@ -677,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
                 return measure(sim_port, case, [], sim.pid, args, tmp)
             if t["kind"] == "nginx":
                 proxy, port = start_nginx(procs, tmp, sim_port, t["quiet"], args)
+            elif t["kind"] == "python-floor":
+                proxy, port = start_python_floor(procs, tmp, t["mode"], sim_port, args)
             else:
                 proxy, port = start_gateway(procs, tmp, t, sim_port, args)
             spy = None

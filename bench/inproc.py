@@ -131,7 +131,7 @@ async def run(args: argparse.Namespace) -> None:
           f"sent ({chunks / args.requests:.1f} sends per request)")
     if prof is not None:
         out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.profile)
+        pstats.Stats(prof, stream=out).sort_stats(os.environ.get("SORT", "tottime")).print_stats(args.profile)
         print(out.getvalue())
 
 
