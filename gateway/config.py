@@ -59,6 +59,10 @@ class Timeouts(_Frozen):
     first_byte: float = Field(120, gt=0)
     idle: float = Field(60, gt=0)
     request_read: float = Field(30, gt=0)
+    # An idle client connection is closed after this. Above the 60 s that an AWS ALB and
+    # ingress-nginx keep idle connections to their targets, so that the proxy closes first and
+    # never sends a request on a connection the gateway is closing (a 502 at the proxy).
+    keep_alive: float = Field(75, gt=0)
 
 
 class HealthConfig(_Frozen):

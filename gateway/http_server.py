@@ -12,7 +12,7 @@ matching); everything else (404/405, /metrics) goes to the Starlette app as plai
 keep-alive and pipelining (requests answered in order), `Expect: 100-continue`, chunked and
 Content-Length bodies (both at once: 400), HTTP/1.0 (close-delimited streams), HEAD, a 431 for
 a head past `MAX_HEAD_BYTES`, a 408 for a head not in within `timeouts.request_read`, an idle
-keep-alive connection closed after `KEEP_ALIVE_SECONDS`, and writes that wait for a slow
+keep-alive connection closed after `timeouts.keep_alive`, and writes that wait for a slow
 reader (transport flow control) instead of buffering without bound.
 """
 
@@ -31,7 +31,6 @@ from gateway.http_cycle import Cycle, plain_response
 Message = MutableMapping[str, Any]
 
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers; past it: 431
-KEEP_ALIVE_SECONDS = 5.0  # an idle keep-alive connection is closed after this (uvicorn's too)
 
 
 class _HeadTooLarge(Exception):
@@ -47,6 +46,7 @@ class Host(Protocol):
     connections: set[Connection]
     native: dict[tuple[str, str], Endpoint]
     head_timeout: float
+    keep_alive_timeout: float
     draining: bool
 
     async def app(self, scope: Message, receive: Any, send: Any) -> None: ...
@@ -86,7 +86,7 @@ class Connection(asyncio.Protocol):
         self.sockname = _address(transport.get_extra_info("sockname"))
         self.peername = _address(transport.get_extra_info("peername"))
         self.server.connections.add(self)
-        self._arm(KEEP_ALIVE_SECONDS, self._idle_timeout)
+        self._arm(self.server.keep_alive_timeout, self._idle_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -247,7 +247,7 @@ class Connection(asyncio.Protocol):
             self.resume_reading()  # its body may still be on the way
             return
         self.resume_reading()
-        self._arm(KEEP_ALIVE_SECONDS, self._idle_timeout)
+        self._arm(self.server.keep_alive_timeout, self._idle_timeout)
 
     @property
     def draining(self) -> bool:

@@ -47,6 +47,7 @@ class Server:
         self.servable = app
         self.cfg = cfg
         self.head_timeout = cfg.timeouts.request_read
+        self.keep_alive_timeout = cfg.timeouts.keep_alive
         self.connections: set[http_server.Connection] = set()
         self.draining = False
         self._stop: asyncio.Event | None = None

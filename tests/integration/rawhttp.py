@@ -186,7 +186,7 @@ class Gateway:
 
 # The simulator as the managed worker of the one model; small limits, so tests reach them fast.
 CONFIG = f"""
-server: {{max_request_bytes: {MAX_BODY}, timeouts: {{request_read: {REQUEST_READ}}}}}
+server: {{max_request_bytes: {MAX_BODY}, timeouts: {{request_read: {REQUEST_READ}KEEP_ALIVE}}}}
 default_model: {MODEL}
 models:
   - {{name: {MODEL}, backend: vllm}}
@@ -195,8 +195,10 @@ workers:
 """
 
 
-def start(tmp: Path) -> Gateway:
-    proc, url = procs.gateway(tmp, CONFIG)
+def start(tmp: Path, keep_alive: float | None = None) -> Gateway:
+    """The gateway and its simulator; `keep_alive`: `timeouts.keep_alive` (else the default)."""
+    extra = "" if keep_alive is None else f", keep_alive: {keep_alive:g}"
+    proc, url = procs.gateway(tmp, CONFIG.replace("KEEP_ALIVE", extra))
     host, port = url.removeprefix("http://").split(":")
     return Gateway(proc, (host, int(port)))
 

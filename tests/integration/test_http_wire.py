@@ -59,6 +59,23 @@ def test_keep_alive_whole_then_stream_then_a_third(gw: Gateway) -> None:
         assert c.buf == b""
 
 
+def test_idle_connection_outlives_a_load_balancers_idle_timeout_window(gw: Gateway) -> None:
+    """An AWS ALB keeps idle connections to its targets for 60 s and asks targets to keep
+    theirs longer ("configure the idle timeout of your application to be larger than the idle
+    timeout configured for the load balancer", ALB docs, Connection idle timeout);
+    ingress-nginx's upstream-keepalive-timeout is 60 s too. A server that closes first (uvicorn
+    and Node: 5 s) races the proxy's next request on that connection into a 502. The default
+    `timeouts.keep_alive` is 75 s (nginx's own keepalive_timeout): a connection idle past
+    uvicorn's 5 s still serves, and `Connection: close` is not sent on a kept answer."""
+    with Conn(gw.addr) as c:
+        c.send(request("GET", "/health"))
+        first = c.response("GET")
+        assert first.status == 200 and first.header("connection") != "close"
+        assert not c.closed_by_peer(6.0), "closed an idle connection within 6 s"
+        c.send(request("POST", CHAT, chat()))
+        assert_whole(c.response())
+
+
 def test_whole_answer_has_content_length(gw: Gateway) -> None:
     """A whole (non-streamed) answer is one body known up front: Content-Length, no chunking
     (RFC 9112 section 6.3), as vLLM's and OpenAI's servers send it."""

@@ -80,6 +80,18 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
     assert cfg.server.timeouts.idle == 5
 
 
+def test_keep_alive_outlasts_the_common_proxies_idle_timeouts() -> None:
+    """`timeouts.keep_alive` defaults above the 60 s that an AWS ALB and ingress-nginx keep
+    idle connections to their targets (the wire test shows the server keeping one); it can be
+    raised for Google's load balancers (600 s) and must be positive."""
+    assert config.load_config(None, {}).server.timeouts.keep_alive == 75
+    cfg = config.load_config(None, {"GATEWAY_SERVER__TIMEOUTS__KEEP_ALIVE": "620"})
+    assert cfg.server.timeouts.keep_alive == 620
+    with pytest.raises(config.ConfigError) as err:
+        config.load_config(None, {"GATEWAY_SERVER__TIMEOUTS__KEEP_ALIVE": "0"})
+    assert err.value.problems[0].startswith("server.timeouts.keep_alive")
+
+
 def test_environment_override_errors_name_the_key() -> None:
     with pytest.raises(config.ConfigError) as err:
         config.load_config(None, {"GATEWAY_SERVER__PORT": "not-a-port"})
