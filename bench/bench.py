@@ -513,7 +513,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=64, help="tokens per answer")
     p.add_argument("--cases", default="stream-saturated,stream-paced,whole-saturated,whole-one-client",
                    help=f"comma list of {', '.join(CASES)}")
-    p.add_argument("--targets", default="direct,nginx,gateway",
+    p.add_argument("--targets", default="direct,nginx,python-floor,gateway",
                    help="comma list of direct, nginx, python-floor (bench/python_floor.py: "
                         "a bare asyncio relay, bytes and json), gateway")
     p.add_argument("--client", default="http1",
