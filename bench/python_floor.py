@@ -7,8 +7,8 @@ A client's request is parsed with httptools and sent to the worker (one keep-ali
 per client connection, as the gateway's pool ends up under a steady load); the worker's
 answer is parsed with httptools and written back: a whole answer with its Content-Length in
 one write, a stream's body chunk by chunk as it arrives (HTTP/1.1 chunked). `--mode json`
-also does the least a re-encoding proxy does to each SSE event: `orjson.loads` it and
-`orjson.dumps` it again. Nothing else: no validation, routing, log line, metrics, timers or
+also does the least a re-encoding proxy does to each SSE event and each whole answer:
+`orjson.loads` it and `orjson.dumps` it again. Nothing else: no validation, routing, log line, metrics, timers or
 failover. It answers `GET /health` itself. Its CPU per chunk and per request, beside nginx's
 and the gateway's in the same run, shows how much of the gateway's cost any pure-Python
 relay would pay anyway.
@@ -91,6 +91,8 @@ class Upstream(asyncio.Protocol):
             self.client.write(b"0\r\n\r\n")
         else:
             body = b"".join(self.parts)
+            if self.client.json:
+                body = orjson.dumps(orjson.loads(body))
             self.client.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + self.ctype
                               + b"\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body))
 
