@@ -1,7 +1,8 @@
 """The gateway's own Python work per request, without sockets: CPU µs per whole answer and
 per streamed chunk, and (with --profile) where it goes.
 
-    python bench/inproc.py [--requests 20000] [--tokens 64] [--stream] [--profile N]
+    python bench/inproc.py [--requests 20000] [--tokens 64] [--stream] [--relay callback|await]
+                           [--profile N]   (SORT=cumulative: by cumulative time)
 
 Each request runs the real endpoint (`ProtocolEndpoint.serve`: body, parse, route, build the
 worker's request, decode, render, log line, metrics) with the upstream client replaced by one
@@ -14,6 +15,7 @@ event loop (uvloop), the per-request log line written to /dev/null. Not a test.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import io
 import os
@@ -58,12 +60,53 @@ class CannedResponse:
         return None
 
 
+class CallbackResponse(CannedResponse):
+    """As gateway.http1's response under the callback relay (`--relay callback`, what serving
+    uses on the gateway's own server): after `attach`, each part goes to the sink from its own
+    event-loop callback, as each read of a paced stream arrives in its own `data_received`."""
+
+    __slots__ = ("loop", "paused", "sink")
+
+    def __init__(self, parts: list[bytes]):
+        super().__init__(parts)
+        self.loop = asyncio.get_running_loop()
+        self.sink: Any = None
+        self.paused = False
+
+    def attach(self, sink: Any) -> None:
+        self.sink = sink
+        self.loop.call_soon(self._feed)
+
+    def detach(self) -> None:
+        self.sink = None
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        if self.paused:
+            self.paused = False
+            self.loop.call_soon(self._feed)
+
+    def _feed(self) -> None:
+        sink = self.sink
+        if sink is None or self.paused:
+            return
+        if self.parts:
+            sink.data(self.parts.pop(0))
+            self.loop.call_soon(self._feed)
+        else:
+            self.sink = None
+            sink.end(None)
+
+
 class CannedClient:
-    def __init__(self, whole: list[bytes], stream: list[bytes]):
+    def __init__(self, whole: list[bytes], stream: list[bytes], callback: bool):
         self.whole, self.stream = whole, stream
+        self.response = CallbackResponse if callback else CannedResponse
 
     async def send(self, req: Any) -> CannedResponse:
-        return CannedResponse(self.stream if req.streaming else self.whole)
+        return self.response(self.stream if req.streaming else self.whole)
 
     async def probe(self, url: str, timeout: float) -> int:
         return 200
@@ -73,7 +116,8 @@ class CannedClient:
 
 
 class NullPeer:
-    """A client connection that sends one body and keeps nothing of the answer."""
+    """A client connection that sends one body and keeps nothing of the answer (the await
+    relay's ASGI sends; `write_body` is on `WritingPeer` only)."""
 
     __slots__ = ("body", "chunks", "headers", "path", "path_params")
 
@@ -96,6 +140,20 @@ class NullPeer:
         return _nothing
 
 
+class WritingPeer(NullPeer):
+    """The client of the gateway's own server (gateway.http_cycle.Cycle): bytes written at
+    once by `write_body`, as the callback relay needs."""
+
+    __slots__ = ()
+
+    def write_body(self, body: bytes, more: bool = True) -> bool:
+        self.chunks += 1
+        return True
+
+    async def drain(self) -> None:
+        return None
+
+
 def _nothing() -> None:
     return None
 
@@ -104,7 +162,9 @@ async def run(args: argparse.Namespace) -> None:
     whole_ct, whole = await fast_upstream.simulator_answer(args.tokens, False)
     stream_ct, stream = await fast_upstream.simulator_answer(args.tokens, True)
     cfg = config.Config.model_validate(CONFIG)
-    canned = CannedClient(whole, stream)
+    callback = args.relay == "callback"
+    canned = CannedClient(whole, stream, callback)
+    peer_type = WritingPeer if callback else NullPeer
     app = gateway_app.build_app(cfg, client_factory=lambda _cfg: canned)  # type: ignore[arg-type,return-value]
     endpoint = app.native[("POST", "/v1/chat/completions")]
     body = orjson.dumps({"model": "demo", "stream": args.stream, "max_tokens": args.tokens,
@@ -112,14 +172,14 @@ async def run(args: argparse.Namespace) -> None:
                                        "content": "Say something about the benchmark."}]})
     async with app.lifespan():
         for _ in range(2000):  # warm-up
-            await endpoint(NullPeer(body))  # type: ignore[arg-type]
+            await endpoint(peer_type(body))  # type: ignore[arg-type]
         prof = cProfile.Profile() if args.profile else None
         chunks = 0
         t0 = time.process_time()
         if prof is not None:
             prof.enable()
         for _ in range(args.requests):
-            peer = NullPeer(body)
+            peer = peer_type(body)
             await endpoint(peer)  # type: ignore[arg-type]
             chunks += peer.chunks
         if prof is not None:
@@ -141,6 +201,10 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=20000)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--stream", action="store_true")
+    p.add_argument("--relay", choices=["callback", "await"], default="callback",
+                   help="callback: the worker's parts reach the stream from event-loop "
+                        "callbacks, as on the gateway's own server (gateway.pump); await: the "
+                        "ASGI path's relay")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="cProfile: print the N functions with the most own time")
     args = p.parse_args()
