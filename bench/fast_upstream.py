@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -156,10 +157,15 @@ class Conn(asyncio.Protocol):
 async def main_async(args: argparse.Namespace) -> None:
     answers = Answers(await simulator_answer(args.tokens, True),
                       await simulator_answer(args.tokens, False))
-    loop = asyncio.get_running_loop()
     itl, ttft = args.itl_ms / 1000, args.ttft_ms / 1000
-    server = await loop.create_server(lambda: Conn(answers, itl, ttft), args.host, args.port,
-                                      backlog=4096, reuse_address=True)
+    await serve_until_stopped(lambda: Conn(answers, itl, ttft), args.host, args.port)
+
+
+async def serve_until_stopped(factory: Callable[[], asyncio.Protocol], host: str,
+                              port: int) -> None:
+    """Listen with `factory`'s protocol until SIGTERM or SIGINT (bench/python_floor.py too)."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(factory, host, port, backlog=4096, reuse_address=True)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

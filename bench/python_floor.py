@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
+import sys
+from pathlib import Path
 
 import httptools
 import orjson
 import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fast_upstream import serve_until_stopped  # noqa: E402
 
 HEALTH = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"
 
@@ -157,24 +161,15 @@ class Client(asyncio.Protocol):
         proto.transport.write(request)
 
 
-async def serve(port: int, upstream_port: int, json: bool) -> None:
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: Client(upstream_port, json), "127.0.0.1", port,
-                                      backlog=4096, reuse_address=True)
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with server:
-        await stop.wait()
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--upstream-port", type=int, required=True)
     p.add_argument("--mode", choices=["bytes", "json"], default="bytes")
     args = p.parse_args()
-    uvloop.run(serve(args.port, args.upstream_port, args.mode == "json"))
+    json = args.mode == "json"
+    uvloop.run(serve_until_stopped(lambda: Client(args.upstream_port, json), "127.0.0.1",
+                                   args.port))
 
 
 if __name__ == "__main__":
