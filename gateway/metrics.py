@@ -9,7 +9,8 @@ spec's advised ExplicitBucketBoundaries. The gateway's own metrics are `gateway_
 Labels are bounded by the configuration, never by what a client sends: models are configured
 names (anything else is `unknown`), routes are templates (`/predictions/{model}`), status is
 a class (`4xx`), errors are exception class names. Everything is recorded once per request or
-per upstream attempt, never per streamed chunk.
+per upstream attempt, never per streamed chunk. An upstream no longer listed (a pod gone from
+DNS) loses its series at the next scrape (`refresh_upstreams`, `_ListedOnly`).
 
 With several serving processes (`server.workers: N`) prometheus_client's multiprocess mode
 sums every process's samples (`collected`): the in-flight gauge is `livesum` (a process that
@@ -19,8 +20,11 @@ process and are left out there.
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import prometheus_client as prom
 from prometheus_client import multiprocess
@@ -103,6 +107,13 @@ def child(metric: Any, *labels: str) -> Any:
     return found
 
 
+@functools.lru_cache(maxsize=4096)
+def address(url: str) -> tuple[str, int]:
+    """`server.address` and `server.port` of an upstream base URL."""
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+
+
 def status_class(status: int) -> str:
     return f"{status // 100}xx" if 100 <= status < 600 else "none"
 
@@ -150,18 +161,79 @@ def refresh_upstreams(router: Router) -> None:
     DNS, a stopped managed worker) lose their series, so churn does not pile them up."""
     listed = {(r.name, url) for r in router.routes.values() for url in r.upstreams.all}
     rotation = {(r.name, url) for r in router.routes.values() for url in r.upstreams.in_rotation()}
-    for gone in _listed - listed:
-        UPSTREAM_HEALTHY.remove(*gone)
-        _ejected.discard(gone)
+    gone = _listed - listed
+    for key in gone:
+        UPSTREAM_HEALTHY.remove(*key)
+        _ejected.discard(key)
+    if gone:
+        _forget(gone, listed)
     _listed.clear()
     _listed.update(listed)
     for key in listed:
         UPSTREAM_HEALTHY.labels(*key).set(1 if key in rotation and key not in _ejected else 0)
 
 
+# Families with an upstream's series: by (model, upstream URL), or by (model, host, port).
+_BY_URL = (ATTEMPTS, RETRIES, FAILOVERS, EJECTIONS, UPSTREAM_HEALTHY)
+_BY_ADDRESS = (OPERATION_DURATION,)
+
+
+def _addresses(listed: set[tuple[str, str]]) -> set[tuple[str, str, str]]:
+    """(model, host, port) of each (model, URL), as OPERATION_DURATION labels them."""
+    out = set()
+    for model, url in listed:
+        host, port = address(url)
+        out.add((model, host, str(port)))
+    return out
+
+
+def _forget(gone: set[tuple[str, str]], listed: set[tuple[str, str]]) -> None:
+    """Drop this process's series of upstreams no longer listed: a pod's counters would
+    otherwise stay in memory and in every scrape after it is gone. An address another
+    listed URL of the model still has keeps its series."""
+    kept = _addresses(listed)
+    gone_addresses = _addresses(gone) - kept
+    for key in list(_children):
+        metric, labels = key
+        if (metric in _BY_URL and (labels[0], labels[1]) in gone) or (
+                metric in _BY_ADDRESS and (labels[1], labels[3], labels[4]) in gone_addresses):
+            del _children[key]
+    for metric in (*_BY_URL, *_BY_ADDRESS):
+        for values in list(metric._metrics):  # noqa: SLF001 - prometheus_client has no lister
+            if (metric in _BY_URL and (values[0], values[1]) in gone) or (
+                    metric not in _BY_URL and (values[1], values[3], values[4]) in gone_addresses):
+                metric.remove(*values)
+
+
+class _ListedOnly:
+    """The exposition less the series of upstreams not listed now. With several serving
+    processes the samples come from prometheus_client's files, where a removed series stays
+    (its files cannot drop a key); this keeps them out of the scrape all the same."""
+
+    def __init__(self, source: prom.CollectorRegistry, listed: set[tuple[str, str]]):
+        self.source = source
+        self.listed = listed
+        self.addresses = _addresses(listed)
+        self.by_url = {m._name for m in _BY_URL}  # noqa: SLF001
+        self.by_address = {m._name for m in _BY_ADDRESS}  # noqa: SLF001
+
+    def collect(self) -> Iterator[Any]:
+        for family in self.source.collect():
+            if family.name in self.by_url:
+                family.samples = [s for s in family.samples if
+                                  (s.labels.get(MODEL), s.labels.get("upstream")) in self.listed]
+            elif family.name in self.by_address:
+                family.samples = [s for s in family.samples if (
+                    s.labels.get(MODEL), s.labels.get("server_address"),
+                    s.labels.get("server_port")) in self.addresses]
+            yield family
+
+
 def exposition(router: Router) -> bytes:
     refresh_upstreams(router)
-    return bytes(prom.generate_latest(collected()))
+    shown = prom.CollectorRegistry(auto_describe=False)
+    shown.register(_ListedOnly(collected(), set(_listed)))
+    return bytes(prom.generate_latest(shown))
 
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

@@ -8,11 +8,9 @@ byte is sent. Nothing here runs per streamed chunk.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from gateway import metrics, tracing
 from schemas import canonical, errors
@@ -39,13 +37,6 @@ def error_type(exc: BaseException) -> str:
     if isinstance(exc, errors.GatewayError):
         return type(exc).__name__
     return "internal"
-
-
-@functools.lru_cache(maxsize=4096)
-def address(url: str) -> tuple[str, int]:
-    """`server.address` and `server.port` of an upstream base URL."""
-    parts = urlsplit(url)
-    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
 
 
 def operation(req: canonical.InferenceRequest) -> str:
@@ -97,7 +88,7 @@ class Watch:
         self._attempt_started = time.perf_counter()
         if self._span is None:
             return dict(self.client_trace)
-        host, port = address(url)
+        host, port = metrics.address(url)
         self._attempt_span = self._tracer.start_span(  # named for the model the worker serves
             f"{self.operation} {self._upstream_model}",
             context=otel.set_span_in_context(self._span), kind=otel.SpanKind.CLIENT,
@@ -120,7 +111,7 @@ class Watch:
         url, self._attempt_url = self._attempt_url, None
         if url is None:
             return
-        host, port = address(url)
+        host, port = metrics.address(url)
         metrics.attempt(self.model, url, etype)
         metrics.child(metrics.OPERATION_DURATION, self.operation, self.model, self.provider, host,
                       str(port), etype).observe(time.perf_counter() - self._attempt_started)

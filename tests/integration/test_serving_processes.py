@@ -40,6 +40,13 @@ def served_total(metrics_text: str) -> float:
         r'[^}]*\} ([0-9.e+]+)$', metrics_text, re.M))
 
 
+def attempts_total(metrics_text: str) -> float:
+    """Attempts on the listed upstreams, which the scrape's filter of gone upstreams keeps."""
+    return sum(float(m) for m in re.findall(
+        r'^gateway_upstream_attempts_total\{[^}]*upstream="http://127\.0\.0\.1:\d+"'
+        r'[^}]*\} ([0-9.e+]+)$', metrics_text, re.M))
+
+
 def test_two_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
     gw, url = procs.gateway(tmp_path, CONFIG)
     try:
@@ -61,6 +68,7 @@ def test_two_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
     assert len(pids) == REQUESTS
     assert set(pids) <= set(serving) and len(set(pids)) == 2  # served by both processes
     assert served_total(metrics_text) == REQUESTS  # summed over both processes
+    assert attempts_total(metrics_text) == REQUESTS
     assert code == 0
     deadline = time.monotonic() + 10
     while any(procs.alive(p) for p in children) and time.monotonic() < deadline:

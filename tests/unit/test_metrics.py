@@ -279,3 +279,64 @@ def test_process_metrics_are_exported() -> None:
     text = metrics.exposition(gateway_app.routing.Router(make_config())).decode()
     for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "python_info"):
         assert f"\n{name}" in text, name
+
+
+def test_gone_upstreams_lose_every_series_and_cached_child() -> None:
+    """A pod's counters and attempt durations leave the scrape and this process's memory with
+    it (pod IPs churn with every rollout and scale-down); a listed upstream keeps its own."""
+    router = gateway_app.routing.Router(make_config())
+    ups = router.routes["demo"].upstreams
+    gone, kept = "http://10.9.9.8:8000", "http://10.9.9.7:8000"
+    for url in (gone, kept):
+        ups.add(url)
+    metrics.exposition(router)
+    for url in (gone, kept):
+        metrics.attempt("demo", url, "UpstreamUnavailable")
+        metrics.retry("demo", url)
+        metrics.failover("demo", url)
+        metrics.ejected("demo", url)
+        host, port = metrics.address(url)
+        metrics.child(metrics.OPERATION_DURATION, "chat", "demo", "vllm", host, str(port),
+                      "").observe(0.5)
+    first = samples(metrics.exposition(router).decode())
+    ups.remove(gone)
+    second = samples(metrics.exposition(router).decode())
+
+    def series(s: Samples, url: str) -> set[str]:
+        host, port = metrics.address(url)
+        return {name for name, labels in s
+                if ("upstream", url) in labels or {("server_address", host),
+                                                    ("server_port", str(port))} <= labels}
+
+    names = {"gateway_upstream_attempts_total", "gateway_upstream_retries_total",
+             "gateway_upstream_failovers_total", "gateway_upstream_ejections_total",
+             "gateway_upstream_healthy", "gen_ai_client_operation_duration_seconds_count"}
+    assert names <= series(first, gone) and names <= series(first, kept)
+    assert series(second, gone) == set()
+    assert names <= series(second, kept)
+    assert not [k for k in metrics._children if gone in k[1] or "10.9.9.8" in k[1]]
+    ups.remove(kept)
+    metrics.exposition(router)
+
+
+def test_the_scrape_leaves_out_series_that_outlive_their_upstream() -> None:
+    """With several serving processes the samples come from prometheus_client's files, where
+    a removed series stays: the scrape filters what it shows by the upstreams listed now."""
+    import prometheus_client as prom
+
+    files = prom.CollectorRegistry()  # stands for the merged files
+    attempts = prom.Counter("gateway_upstream_attempts", "", ["gen_ai_request_model", "upstream",
+                                                              "error_type"], registry=files)
+    durations = prom.Histogram("gen_ai_client_operation_duration_seconds", "",
+                               ["gen_ai_operation_name", "gen_ai_request_model",
+                                "gen_ai_provider_name", "server_address", "server_port",
+                                "error_type"], registry=files)
+    for host in ("10.0.0.1", "10.0.0.2"):
+        attempts.labels("demo", f"http://{host}:8000", "").inc()
+        durations.labels("chat", "demo", "vllm", host, "8000", "").observe(0.1)
+    shown = prom.CollectorRegistry(auto_describe=False)
+    shown.register(metrics._ListedOnly(files, {("demo", "http://10.0.0.1:8000")}))
+    text = prom.generate_latest(shown).decode()
+    assert "10.0.0.1" in text and "10.0.0.2" not in text
+    assert 'gateway_upstream_attempts_total{error_type="",gen_ai_request_model="demo",' \
+        'upstream="http://10.0.0.1:8000"} 1.0' in text
