@@ -131,7 +131,8 @@ def serve(args: argparse.Namespace) -> int:
     gc.set_threshold(20_000, 20, 20)
     count = processes.count(server.workers)
     log.info("start", host=server.host, port=server.port, models=[m.name for m in cfg.models],
-             version=version.version(), processes=count)
+             version=version.version(), processes=count,
+             open_files=processes.raise_open_files_limit())
     try:  # build_app reads chat_template files: it may find more errors
         application = app.build_app(cfg, traces=tracing.from_env(server.tracing, os.environ))
     except config.ConfigError as exc:

@@ -21,6 +21,7 @@ import gc
 import math
 import multiprocessing
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -64,6 +65,30 @@ def cgroup_cpus(root: str = "/sys/fs/cgroup") -> int | None:
     except (OSError, ValueError):
         return None
     return math.ceil(quota_us / period_us) if quota_us > 0 and period_us > 0 else None
+
+
+# The most open files asked for (where the hard limit is higher or unlimited).
+OPEN_FILES_CAP = 1_048_576
+
+
+def raise_open_files_limit() -> int:
+    """Soft RLIMIT_NOFILE up to the hard limit; the soft limit now in force.
+
+    Each stream holds two descriptors (its client and its worker connection) and idle
+    keep-alive connections hold one each, so `max_concurrent_requests` (1024) needs well over
+    2,048 where many hosts and shells start processes at a soft limit of 1,024. Past it,
+    accepts and worker connects fail with EMFILE. The hard limit is the operator's ceiling;
+    the soft one is the process's own to raise (vLLM's server does the same). Serving
+    processes inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = OPEN_FILES_CAP if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_CAP)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):  # a sandbox that refuses: keep what was given
+            return soft
+        return want
+    return soft
 
 
 def server(app: Any, cfg: config.ServerConfig) -> listener.Server:
