@@ -191,18 +191,19 @@ def _forget(gone: set[tuple[str, str]], listed: set[tuple[str, str]]) -> None:
     """Drop this process's series of upstreams no longer listed: a pod's counters would
     otherwise stay in memory and in every scrape after it is gone. An address another
     listed URL of the model still has keeps its series."""
-    kept = _addresses(listed)
-    gone_addresses = _addresses(gone) - kept
-    for key in list(_children):
-        metric, labels = key
-        if (metric in _BY_URL and (labels[0], labels[1]) in gone) or (
-                metric in _BY_ADDRESS and (labels[1], labels[3], labels[4]) in gone_addresses):
-            del _children[key]
+    gone_addresses = _addresses(gone) - _addresses(listed)
+
+    def stale(metric: Any, labels: tuple[str, ...]) -> bool:
+        if metric in _BY_URL:
+            return (labels[0], labels[1]) in gone
+        return metric in _BY_ADDRESS and (labels[1], labels[3], labels[4]) in gone_addresses
+
+    for key in [k for k in _children if stale(*k)]:
+        del _children[key]
     for metric in (*_BY_URL, *_BY_ADDRESS):
-        for values in list(metric._metrics):  # noqa: SLF001 - prometheus_client has no lister
-            if (metric in _BY_URL and (values[0], values[1]) in gone) or (
-                    metric not in _BY_URL and (values[1], values[3], values[4]) in gone_addresses):
-                metric.remove(*values)
+        # prometheus_client lists a metric's label sets only in its private `_metrics`
+        for values in [v for v in metric._metrics if stale(metric, v)]:  # noqa: SLF001
+            metric.remove(*values)
 
 
 class _ListedOnly:
