@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -193,7 +193,7 @@ def _forget(gone: set[tuple[str, str]], listed: set[tuple[str, str]]) -> None:
     listed URL of the model still has keeps its series."""
     gone_addresses = _addresses(gone) - _addresses(listed)
 
-    def stale(metric: Any, labels: tuple[str, ...]) -> bool:
+    def stale(metric: Any, labels: Sequence[str]) -> bool:
         if metric in _BY_URL:
             return (labels[0], labels[1]) in gone
         return metric in _BY_ADDRESS and (labels[1], labels[3], labels[4]) in gone_addresses
