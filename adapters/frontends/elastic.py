@@ -15,6 +15,7 @@ example sends "gpt-4o", which a vLLM worker would refuse).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -88,12 +89,7 @@ class ElasticChatFrontend:
         self.stream: Final = stream
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> ChatTranslator:
-        name, framing = _inference_id(ctx)
-        try:
-            req = _chat_request(body, ctx, name, self.stream)
-        except errors.GatewayError as exc:
-            raise exc from enc.framed(exc, framing)
-        return ChatTranslator(req, enc.ElasticState(framing, _response_type(ctx)), self.stream)
+        return ChatTranslator(*_parsed(_chat_request, body, ctx, self.stream), self.stream)
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
         if not self.stream:
@@ -117,13 +113,8 @@ class ElasticCompletionFrontend:
         self.framing: Final[enc.Framing] = framing
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> CompletionTranslator:
-        name, framing = _inference_id(ctx)
-        try:
-            req = _completion_request(body, ctx, name, self.stream)
-        except errors.GatewayError as exc:
-            raise exc from enc.framed(exc, framing)
-        state = enc.ElasticState(framing, _response_type(ctx))
-        return CompletionTranslator(req, state, self.stream)
+        return CompletionTranslator(*_parsed(_completion_request, body, ctx, self.stream),
+                                    self.stream)
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
         if self.stream:
@@ -137,6 +128,22 @@ class ElasticCompletionStreamFrontend(ElasticCompletionFrontend):
 
     def __init__(self) -> None:
         super().__init__(stream=True)
+
+
+RequestBuilder = Callable[[bytes, base.RequestContext, str | None, bool],
+                         canonical.InferenceRequest]
+
+
+def _parsed(build: RequestBuilder, body: bytes, ctx: base.RequestContext, stream: bool
+            ) -> tuple[canonical.InferenceRequest, enc.ElasticState]:
+    """The request `build` makes of the body, and its Elastic state; a refusal carries the
+    framing its error is rendered in (the path's, or the server's)."""
+    name, framing = _inference_id(ctx)
+    try:
+        req = build(body, ctx, name, stream)
+    except errors.GatewayError as exc:
+        raise exc from enc.framed(exc, framing)
+    return req, enc.ElasticState(framing, _response_type(ctx))
 
 
 def _chat_request(body: bytes, ctx: base.RequestContext, name: str | None,

@@ -8,12 +8,15 @@ ends the stream with that error), and the exact expected bytes of the answer.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from schemas import errors
+from adapters import base
+from adapters.backends import vllm
+from schemas import canonical, errors
 from schemas import events as ev
 
 ROOT = Path(__file__).parent
@@ -76,3 +79,48 @@ def check_bytes(path: Path, actual: bytes, update: bool) -> None:
     assert actual == expected, (
         f"{path.name} differs\n--- expected\n{expected.decode('utf-8', 'replace')}\n"
         f"--- actual\n{actual.decode('utf-8', 'replace')}")
+
+
+TARGET = base.Target("http://worker:8000", "meta-llama/Llama-3.1-8B-Instruct")
+
+
+def head(status: int, media_type: str, headers: Mapping[str, str]) -> bytes:
+    """A transcript's head: status, media type, then the other headers sorted."""
+    lines = "".join(f"{k}: {v}\n" for k, v in sorted(headers.items()))
+    return f"status: {status}\ncontent-type: {media_type}\n{lines}\n".encode()
+
+
+def rendered(r: base.Rendered) -> bytes:
+    return head(r.status, r.media_type, r.headers) + r.body
+
+
+def translate(fe: base.Frontend, body: bytes, ctx: base.RequestContext, case: Path,
+              update: bool) -> base.Translator | bytes:
+    """As serving.py before the first byte: parse, then the vLLM worker's check (a refusal's
+    answer bytes instead of a translator), with the worker's request compared to the case's
+    `upstream.txt`."""
+    try:
+        t = fe.parse(body, ctx)
+    except errors.GatewayError as exc:
+        return rendered(fe.render_error(exc))
+    try:
+        vllm.VllmBackend().check(t.request)
+    except errors.GatewayError as exc:
+        return rendered(t.render_error(exc))
+    up = vllm.VllmBackend().build(t.request, TARGET)
+    pretty = orjson.dumps(orjson.loads(up.body), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    check_bytes(case / "upstream.txt", f"{up.method} {up.url}\n".encode() + pretty + b"\n", update)
+    return t
+
+
+def answer(t: base.Translator, meta: base.ResponseMeta, events: list[ev.Event],
+           failure: errors.GatewayError | None, stream_headers: Mapping[str, str]) -> bytes:
+    """The stream (its encoder's headers over `stream_headers`) or the folded whole."""
+    req = t.request
+    if req.stream:
+        enc = t.encoder(meta)
+        out = b"".join(enc.encode(e) for e in events)
+        out += enc.fail(failure) if failure else enc.finish()
+        return head(200, enc.media_type, {**stream_headers, **enc.headers}) + out
+    done = canonical.Completion.fold(events, req.choice_count)
+    return rendered(t.render(done, meta)) + b"\n"

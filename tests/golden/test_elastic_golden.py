@@ -25,20 +25,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from adapters import base, registry
-from adapters.backends import vllm
 from adapters.frontends import elastic
 from adapters.frontends import elastic_encode as enc
-from schemas import canonical, errors
 from schemas import elastic as wire
+from schemas import errors
 from tests.golden import runner
 
 ROOT = runner.ROOT / "elastic"
 CASES = runner.cases("elastic")
-TARGET = base.Target("http://worker:8000", "meta-llama/Llama-3.1-8B-Instruct")
 MODELS = ("demo", "my-chat")  # a model and its alias
 
 
@@ -66,11 +63,6 @@ def route_of(path: str) -> tuple[base.Frontend, dict[str, str]]:
     raise AssertionError(f"no Elastic route for {path}")
 
 
-def head(r_status: int, media_type: str, headers: Mapping[str, str]) -> bytes:
-    lines = "".join(f"{k}: {v}\n" for k, v in sorted(headers.items()))
-    return f"status: {r_status}\ncontent-type: {media_type}\n{lines}\n".encode()
-
-
 def render_case(case: Path, update: bool) -> bytes:
     """The answer bytes as serving.py produces them: parse, worker check, a failure before the
     first event through render_error, else the stream (or the folded whole) from the events."""
@@ -79,35 +71,16 @@ def render_case(case: Path, update: bool) -> bytes:
     headers = {k.strip().lower(): v.strip() for k, _, v in
                (line.partition(":") for line in header_lines if line.strip())}
     framing = "server" if case.name.endswith("_server") else "documented"
-    fe = route_of(path)[0]
-    try:
-        t = fe.parse((case / "request.json").read_bytes(), context(path, headers, framing))
-    except errors.GatewayError as exc:
-        r = fe.render_error(exc)
-        return head(r.status, r.media_type, r.headers) + r.body
-    req = t.request
-    try:
-        vllm.VllmBackend().check(req)
-    except errors.GatewayError as exc:
-        r = t.render_error(exc)
-        return head(r.status, r.media_type, r.headers) + r.body
-    up = vllm.VllmBackend().build(req, TARGET)
-    pretty = orjson.dumps(orjson.loads(up.body), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
-    runner.check_bytes(case / "upstream.txt", f"{up.method} {up.url}\n".encode() + pretty + b"\n",
-                       update)
+    t = runner.translate(route_of(path)[0], (case / "request.json").read_bytes(),
+                         context(path, headers, framing), case, update)
+    if isinstance(t, bytes):
+        return t
     events, failure = runner.load_events(case / "events.jsonl")
     if failure is not None and not events:
-        r = t.render_error(failure)
-        return head(r.status, r.media_type, r.headers) + r.body
-    meta = base.ResponseMeta("golden", 1700000000, req.model or "demo", "rid", options(framing))
-    if req.stream:
-        enc = t.encoder(meta)
-        out = b"".join(enc.encode(e) for e in events)
-        out += enc.fail(failure) if failure else enc.finish()
-        return head(200, enc.media_type, {"cache-control": "no-cache", **enc.headers}) + out
-    done = canonical.Completion.fold(events, req.choice_count)
-    r = t.render(done, meta)
-    return head(r.status, r.media_type, r.headers) + r.body + b"\n"
+        return runner.rendered(t.render_error(failure))
+    meta = base.ResponseMeta("golden", 1700000000, t.request.model or "demo", "rid",
+                             options(framing))
+    return runner.answer(t, meta, events, failure, {"cache-control": "no-cache"})
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.name)
@@ -187,6 +160,6 @@ def test_elastic_error_bodies(update_goldens: bool) -> None:
         for label, fe in _ROUTES:
             r = fe.render_error(cls("something went wrong", field="x"))
             assert r.headers["x-elastic-product"] == "Elasticsearch"
-            out += f"{cls.__name__} {label}: ".encode() + head(r.status, r.media_type, r.headers)
+            out += f"{cls.__name__} {label}: ".encode() + runner.head(r.status, r.media_type, r.headers)
             out += r.body + b"\n"
     runner.check_bytes(ROOT / "errors.txt", out, update_goldens)

@@ -17,7 +17,6 @@ the exact answer (`response.txt`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 import orjson
@@ -32,7 +31,6 @@ from schemas import tgi as wire
 from tests.golden import runner
 
 META = base.ResponseMeta(id="golden", created=1700000000, model="demo", request_id="rid")
-TARGET = base.Target("http://worker:8000", "meta-llama/Llama-3.1-8B-Instruct")
 CASES = runner.cases("tgi")
 TGI = runner.ROOT / "tgi"
 
@@ -47,11 +45,6 @@ def frontend(case: Path) -> base.Frontend:
     return tgi.TgiFrontend(MODES[route])
 
 
-def head(status: int, media_type: str, headers: Mapping[str, str]) -> bytes:
-    lines = "".join(f"{k}: {v}\n" for k, v in sorted(headers.items()))
-    return f"status: {status}\ncontent-type: {media_type}\n{lines}\n".encode()
-
-
 def events_of(case: Path, req: canonical.InferenceRequest
               ) -> tuple[list[ev.Event], errors.GatewayError | None]:
     worker = case / "worker.txt"
@@ -64,32 +57,14 @@ def events_of(case: Path, req: canonical.InferenceRequest
 def render_case(case: Path, update: bool) -> bytes:
     """The answer bytes, as serving.py produces them: parse, worker check, then the stream or
     the folded whole; an error before the first byte is the frontend's render_error."""
-    fe = frontend(case)
-    try:
-        t = fe.parse((case / "request.json").read_bytes(), base.RequestContext())
-    except errors.GatewayError as exc:
-        r = fe.render_error(exc)
-        return head(r.status, r.media_type, r.headers) + r.body
-    req = t.request
-    try:
-        vllm.VllmBackend().check(req)
-    except errors.GatewayError as exc:
-        r = t.render_error(exc)
-        return head(r.status, r.media_type, r.headers) + r.body
-    up = vllm.VllmBackend().build(req, TARGET)
-    pretty = orjson.dumps(orjson.loads(up.body), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
-    runner.check_bytes(case / "upstream.txt", f"{up.method} {up.url}\n".encode() + pretty + b"\n",
-                       update)
-    events, failure = events_of(case, req)
-    meta = base.ResponseMeta(META.id, META.created, req.model or META.model, META.request_id)
-    if req.stream:
-        enc = t.encoder(meta)
-        out = b"".join(enc.encode(e) for e in events)
-        out += enc.fail(failure) if failure else enc.finish()
-        return head(200, enc.media_type, enc.headers) + out
-    done = canonical.Completion.fold(events, req.choice_count)
-    r = t.render(done, meta)
-    return head(r.status, r.media_type, r.headers) + r.body + b"\n"
+    t = runner.translate(frontend(case), (case / "request.json").read_bytes(),
+                         base.RequestContext(), case, update)
+    if isinstance(t, bytes):
+        return t
+    events, failure = events_of(case, t.request)
+    meta = base.ResponseMeta(META.id, META.created, t.request.model or META.model,
+                             META.request_id)
+    return runner.answer(t, meta, events, failure, {})
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.name)
@@ -131,7 +106,7 @@ def test_info_and_health_bytes(update_goldens: bool) -> None:
     for name, r in [("GET /info", tgi.info(_view(True), ctx)),
                     ("GET /health healthy", tgi.health(_view(True), ctx)),
                     ("GET /health unhealthy", tgi.health(_view(False), ctx))]:
-        out += name.encode() + b"\n" + head(r.status, r.media_type, r.headers) + r.body + b"\n\n"
+        out += name.encode() + b"\n" + runner.rendered(r) + b"\n\n"
     runner.check_bytes(TGI / "status_routes.txt", out, update_goldens)
     wire.Info.model_validate_json(tgi.info(_view(True), ctx).body)
 
@@ -146,6 +121,6 @@ def test_tgi_error_bodies(update_goldens: bool) -> None:
                 assert r.media_type == "text/plain; charset=utf-8"
             else:
                 wire.ErrorResponse.model_validate_json(r.body.removeprefix(b"data: "))
-            out += f"{cls.__name__} {mode}: ".encode() + head(r.status, r.media_type, r.headers)
+            out += f"{cls.__name__} {mode}: ".encode() + runner.head(r.status, r.media_type, r.headers)
             out += r.body + b"\n"
     runner.check_bytes(TGI / "errors.txt", out, update_goldens)

@@ -61,6 +61,16 @@ async def read_request(r: asyncio.StreamReader) -> bytes:
     return head + await r.readexactly(length)
 
 
+def answers_once(raw: bytes) -> Handler:
+    """A worker that reads one request, writes `raw` and closes the connection."""
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(raw)
+        await w.drain()
+
+    return handler
+
+
 def post(url: str, body: bytes = b"{}") -> base.UpstreamRequest:
     return base.UpstreamRequest("POST", url + "/v1/chat/completions", body,
                                 {"content-type": "application/json", "x-request-id": "r1"})
@@ -144,12 +154,7 @@ async def test_unfinished_body_closed_and_cancelled_request_close_the_connection
 
 
 async def test_idle_connection_closed_by_the_worker_is_replaced() -> None:
-    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await read_request(r)
-        w.write(OK)
-        await w.drain()  # then close: a worker dropping an idle keep-alive connection
-
-    srv = Server(handler)
+    srv = Server(answers_once(OK))  # a worker dropping an idle keep-alive connection
     async with srv as url:
         client = http1.Http1Client(2.0)
         for _ in range(2):
@@ -162,12 +167,8 @@ async def test_idle_connection_closed_by_the_worker_is_replaced() -> None:
 
 
 async def test_breaks_and_refusals_map_to_gateway_errors() -> None:
-    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await read_request(r)
-        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
-        await w.drain()
-
-    async with Server(handler) as url:
+    async with Server(answers_once(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+                      ) as url:
         client = http1.Http1Client(2.0)
         resp = await client.send(post(url))
         assert await resp.read_chunk() == b"partial"
@@ -186,12 +187,9 @@ async def test_breaks_and_refusals_map_to_gateway_errors() -> None:
 
 
 async def test_body_without_length_ends_with_the_connection() -> None:
-    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await read_request(r)
-        w.write(b"HTTP/1.1 500 Internal Server Error\r\nconnection: close\r\n\r\nout of memory")
-        await w.drain()  # then close: the end of the body (RFC 9112 section 6.3)
-
-    async with Server(handler) as url:
+    # the close is the end of the body (RFC 9112 section 6.3)
+    async with Server(answers_once(b"HTTP/1.1 500 Internal Server Error\r\nconnection: close"
+                                   b"\r\n\r\nout of memory")) as url:
         client = http1.Http1Client(2.0)
         resp = await client.send(post(url))
         assert resp.status == 500 and await resp.read() == b"out of memory"
@@ -200,12 +198,7 @@ async def test_body_without_length_ends_with_the_connection() -> None:
 
 
 async def test_malformed_answer_before_the_status_is_retryable() -> None:
-    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await read_request(r)
-        w.write(b"SMTP ready\r\n\r\n")
-        await w.drain()
-
-    async with Server(handler) as url:
+    async with Server(answers_once(b"SMTP ready\r\n\r\n")) as url:
         client = http1.Http1Client(2.0)
         with pytest.raises(errors.UpstreamUnavailable) as exc:
             await client.send(post(url))
