@@ -1,7 +1,7 @@
 """The gateway's own Python work per request, without sockets: CPU µs per whole answer and
 per streamed chunk, and (with --profile) where it goes.
 
-    python bench/inproc.py [--requests 20000] [--tokens 64] [--stream] [--relay callback|await]
+    python bench/inproc.py [--requests 20000] [--batches 1] [--tokens 64] [--stream] [--relay callback|await]
                            [--profile N]   (SORT=cumulative: by cumulative time)
 
 Each request runs the real endpoint (`ProtocolEndpoint.serve`: body, parse, route, build the
@@ -174,17 +174,23 @@ async def run(args: argparse.Namespace) -> None:
         for _ in range(2000):  # warm-up
             await endpoint(peer_type(body))  # type: ignore[arg-type]
         prof = cProfile.Profile() if args.profile else None
-        chunks = 0
-        t0 = time.process_time()
-        if prof is not None:
-            prof.enable()
-        for _ in range(args.requests):
-            peer = peer_type(body)
-            await endpoint(peer)  # type: ignore[arg-type]
-            chunks += peer.chunks
-        if prof is not None:
-            prof.disable()
-        cpu = time.process_time() - t0
+        best = float("inf")
+        for _ in range(args.batches):  # the least disturbed batch: the machine may be shared
+            chunks = 0
+            t0 = time.process_time()
+            if prof is not None:
+                prof.enable()
+            for _ in range(args.requests):
+                peer = peer_type(body)
+                await endpoint(peer)  # type: ignore[arg-type]
+                chunks += peer.chunks
+                # the loop turns between requests, as it does at least once per request served
+                # (what is batched per turn, the log lines, is then measured per request)
+                await asyncio.sleep(0)
+            if prof is not None:
+                prof.disable()
+            best = min(best, time.process_time() - t0)
+        cpu = best
     per_req = cpu / args.requests * 1e6
     print(f"{'stream' if args.stream else 'whole'}: {args.requests} requests, "
           f"{per_req:.1f} µs CPU per request, {cpu / max(chunks, 1) * 1e6:.2f} µs per chunk "
@@ -199,6 +205,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=20000)
+    p.add_argument("--batches", type=int, default=1,
+                   help="run the requests this many times; report the least CPU")
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--stream", action="store_true")
     p.add_argument("--relay", choices=["callback", "await"], default="callback",

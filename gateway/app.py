@@ -78,6 +78,7 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
             await client.aclose()
             if traces is not None:
                 traces.shutdown()
+            metrics.flush()  # the last turn's, into the files other processes' scrapes read
             observability.logger().info("stop")
 
     started = int(time.time())

@@ -25,7 +25,7 @@ from typing import Any, Protocol, cast
 
 import httptools
 
-from gateway import observability
+from gateway import deadline, observability
 from gateway.http_cycle import Cycle, plain_response
 
 Message = MutableMapping[str, Any]
@@ -73,7 +73,7 @@ class Connection(asyncio.Protocol):
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._head_size = 0
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: deadline.Timeouts | None = None  # the one this connection is armed in
         self._paused = False
         self._closed = False
         self._upgraded = False  # the parser stopped at an Upgrade request (we do not follow)
@@ -284,12 +284,13 @@ class Connection(asyncio.Protocol):
 
     def _arm(self, delay: float, fn: Callable[[], None]) -> None:
         if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self.loop.call_later(delay, fn)
+            self._timer.cancel(self)
+        self._timer = deadline.timeouts(self.loop, delay)
+        self._timer.arm(self, fn)
 
     def _disarm(self) -> None:
         if self._timer is not None:
-            self._timer.cancel()
+            self._timer.cancel(self)
             self._timer = None
 
     def _idle_timeout(self) -> None:

@@ -1,12 +1,15 @@
-"""gateway.deadline.Deadline: asyncio.timeout's semantics on one timer handle."""
+"""gateway.deadline: `Deadline` (asyncio.timeout's semantics) and `Timeouts` (one timer handle
+for every callback armed with one delay)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from typing import Any
 
 import pytest
 
-from gateway.deadline import Deadline
+from gateway.deadline import Deadline, timeouts
 
 
 def test_a_block_past_its_deadline_raises_timeout_and_the_task_is_not_left_cancelled() -> None:
@@ -67,3 +70,69 @@ def test_outside_a_task_it_refuses() -> None:
     with pytest.raises(RuntimeError):
         with Deadline(1):
             pass
+
+
+def test_timeouts_of_one_delay_share_one_timer_and_fire_in_order_unless_cancelled() -> None:
+    """A thousand callbacks armed with one delay: one timer handle at a time, the cancelled
+    ones never called, a re-armed one restarted, every other one called once, in order."""
+
+    async def main() -> tuple[list[int], int]:
+        loop = asyncio.get_running_loop()
+        handles = 0
+        call_at = loop.call_at
+
+        def counting(when: float, fn: Any, *args: Any, **kw: Any) -> asyncio.TimerHandle:
+            nonlocal handles
+            handles += fn == queue._fire  # noqa: SLF001 - the queue's own handles only
+            return call_at(when, fn, *args, **kw)
+
+        queue = timeouts(loop, 0.05)
+        loop.call_at = counting  # type: ignore[method-assign]
+        called: list[int] = []
+        for i in range(1000):
+            queue.arm(i, functools.partial(called.append, i))
+            if i % 2:
+                queue.cancel(i)
+        assert handles == 1
+        await asyncio.sleep(0.02)
+        queue.arm(0, functools.partial(called.append, -1))  # restarted: due last
+        await asyncio.sleep(0.2)
+        return called, handles
+
+    called, handles = asyncio.run(asyncio.wait_for(main(), 5))
+    assert called == [i for i in range(2, 1000, 2)] + [-1]
+    assert handles <= 3  # the first, the one re-armed after the others fell due, no more
+
+
+def test_timeouts_are_kept_per_loop_and_delay() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert timeouts(loop, 1.0) is timeouts(loop, 1.0)
+        assert timeouts(loop, 1.0) is not timeouts(loop, 2.0)
+        other = asyncio.new_event_loop()
+        try:
+            assert timeouts(other, 1.0) is not timeouts(loop, 1.0)
+        finally:
+            other.close()
+
+    asyncio.run(main())
+
+
+def test_a_callback_armed_by_a_firing_one_still_fires() -> None:
+    """The server's head timer re-arms itself for a pipelined request from its own callback."""
+
+    async def main() -> int:
+        queue = timeouts(asyncio.get_running_loop(), 0.01)
+        fired = 0
+
+        def again() -> None:
+            nonlocal fired
+            fired += 1
+            if fired < 3:
+                queue.arm("conn", again)
+
+        queue.arm("conn", again)
+        await asyncio.sleep(0.2)
+        return fired
+
+    assert asyncio.run(asyncio.wait_for(main(), 5)) == 3

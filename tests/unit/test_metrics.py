@@ -14,6 +14,8 @@ import httpx
 import orjson
 import pytest
 import respx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import parser
 
 from gateway import app as gateway_app
@@ -340,3 +342,67 @@ def test_the_scrape_leaves_out_series_that_outlive_their_upstream() -> None:
     assert "10.0.0.1" in text and "10.0.0.2" not in text
     assert 'gateway_upstream_attempts_total{error_type="",gen_ai_request_model="demo",' \
         'upstream="http://10.0.0.1:8000"} 1.0' in text
+
+
+def _registry_copy(text_registry: Any) -> Samples:
+    import prometheus_client as prom
+
+    return {k: v for k, v in samples(prom.generate_latest(text_registry).decode()).items()
+            if not k[0].endswith("_created")}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(metrics.TOKEN_BUCKETS), st.floats(0, 1e8),
+                          st.integers(0, 70_000_000).map(float)), max_size=40),
+       st.booleans())
+def test_a_turns_observations_come_out_as_prometheus_client_would_count_them(
+        values: list[float], fallback: bool) -> None:
+    """Held per turn and added per bucket (`_Buckets`), or handed over one by one where
+    prometheus_client is not as expected (`_Observations`): the same buckets, count and sum
+    as `observe` per value, bounds included (a value equal to a bound is in that bucket)."""
+    import prometheus_client as prom
+
+    ours, theirs = prom.CollectorRegistry(), prom.CollectorRegistry()
+    held = prom.Histogram("h", "", ["k"], buckets=metrics.TOKEN_BUCKETS, registry=ours)
+    direct = prom.Histogram("h", "", ["k"], buckets=metrics.TOKEN_BUCKETS, registry=theirs)
+    series = held.labels("x")
+    direct.labels("x")
+    holder = metrics._Observations(series) if fallback else metrics._Buckets(series)
+
+    async def turn() -> None:
+        for v in values:
+            holder.observe(v)
+            direct.labels("x").observe(v)
+
+    asyncio.run(turn())  # the flush is scheduled in the turn and runs before the loop ends
+    assert not metrics._dirty
+    assert _registry_copy(ours) == pytest.approx(_registry_copy(theirs))
+
+
+def test_changes_are_held_until_the_end_of_the_turn_and_gauges_net_out() -> None:
+    """Nothing reaches prometheus_client until the loop turns; then one update per series:
+    a gauge raised and lowered in one turn is not touched, a counter gets the turn's sum."""
+    import prometheus_client as prom
+
+    reg = prom.CollectorRegistry()
+    gauge = prom.Gauge("g", "", ["k"], registry=reg)
+    counter = prom.Counter("c", "", ["k"], registry=reg)
+
+    async def main() -> tuple[Samples, Samples, Samples]:
+        g, c = metrics.child(gauge, "a"), metrics.child(counter, "a")
+        for _ in range(5):
+            g.inc()
+            c.inc()
+        g.dec(3)
+        during = _registry_copy(reg)
+        await asyncio.sleep(0)
+        after = _registry_copy(reg)
+        g.inc()
+        g.dec()
+        await asyncio.sleep(0)
+        return during, after, _registry_copy(reg)
+
+    during, after, netted = asyncio.run(main())
+    assert value(during, "g", k="a") == 0 and value(during, "c_total", k="a") == 0
+    assert value(after, "g", k="a") == 2 and value(after, "c_total", k="a") == 5
+    assert value(netted, "g", k="a") == 2
