@@ -105,13 +105,23 @@ class OpenAIBackend:
     # it did not ask: only where the worker surely takes the field.
     PER_TOKEN_LOGPROBS = False
 
+    # The plan `check` made, for the `build` that follows it: the serving path builds the
+    # first attempt's request without yielding to the loop in between, so one slot, matched by
+    # the request's identity, spares a second walk of the table (a continuation is a new
+    # request, and a retry after other requests ran simply plans again).
+    _checked: tuple[canonical.InferenceRequest, params.Plan] | None = None
+
     def check(self, req: canonical.InferenceRequest) -> None:
-        params.plan(self.TABLE, req, self.WORKER, self.UNKNOWN_EXTRA, extras=self.EXTRAS,
-                    log=False, table_order=True)
+        self._checked = (req, params.plan(self.TABLE, req, self.WORKER, self.UNKNOWN_EXTRA,
+                                          extras=self.EXTRAS, table_order=True))
 
     def build(self, req: canonical.InferenceRequest, target: base.Target) -> base.UpstreamRequest:
-        fields = params.plan(self.TABLE, req, self.WORKER, self.UNKNOWN_EXTRA, extras=self.EXTRAS,
-                             table_order=True, check=False)  # check() did
+        checked = self._checked
+        if checked is not None and checked[0] is req:
+            fields = checked[1]  # dropped fields were logged by check()
+        else:
+            fields = params.plan(self.TABLE, req, self.WORKER, self.UNKNOWN_EXTRA,
+                                 extras=self.EXTRAS, table_order=True, check=False)
         body: dict[str, Any] = {"model": target.model}
         if req.messages is not None:
             body["messages"] = [self.message(m) for m in req.messages]

@@ -166,3 +166,29 @@ def test_checking_logs_nothing_and_building_logs_drops_once() -> None:
     with structlog.testing.capture_logs() as logs:
         triton.TritonBackend().build(req, TARGET)
     assert [e["field"] for e in logs] == ["user"]  # skip_special_tokens=True is its noop
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_build_after_check_walks_the_table_once_and_logs_each_drop_once(
+        kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """check() then build() of one request (the serving path) plan once; build() of another
+    request, or of one never checked (a continuation), plans for itself."""
+    walks: list[canonical.InferenceRequest] = []
+    real = params.plan
+
+    def counted(table: Any, req: canonical.InferenceRequest, *a: Any, **kw: Any) -> Any:
+        walks.append(req)
+        return real(table, req, *a, **kw)
+
+    monkeypatch.setattr(params, "plan", counted)
+    backend = registry.backend(kind)
+    undeclared = {} if kind == "trtllm" else {"unknown_field": 1}  # trtllm refuses it
+    first, other = chat(max_tokens=5, **undeclared), chat(max_tokens=7)
+    with structlog.testing.capture_logs() as logs:
+        backend.check(first)
+        body = orjson.loads(backend.build(first, TARGET).body)
+    assert walks == [first] and body["max_tokens"] == 5
+    assert [e["field"] for e in logs if e["event"] == "parameter_dropped"] == list(undeclared)
+    backend.check(first)
+    assert orjson.loads(backend.build(other, TARGET).body)["max_tokens"] == 7
+    assert walks == [first, first, other]
