@@ -74,6 +74,22 @@ STATUS_ROUTES: list[tuple[str, base.StatusRoute]] = [(r.path, r.answer) for r in
 # that a client reads a refusal of /v1/models or /info as it reads one of its inference routes.
 STATUS_ERRORS: dict[str, Callable[[], base.Frontend]] = {r.path: r.errors for r in _STATUS}
 
+# The protocol of each route's first path segment (`v1`, `_inference`, `invocations`, ``
+# for TGI's `/`, ...): a request no route takes is refused in that protocol's error body.
+_BY_SEGMENT: dict[str, Callable[[], base.Frontend]] = {}
+for _path, _make in INFERENCE_ROUTES:
+    _BY_SEGMENT.setdefault(_path.split("/")[1], _make)
+for _spec in _STATUS:
+    _BY_SEGMENT.setdefault(_spec.path.split("/")[1], _spec.errors)
+
+
+def errors_for(path: str) -> Callable[[], base.Frontend] | None:
+    """The frontend whose error body answers a request for `path` that no route takes (a
+    method its route does not take, or a path under a protocol's prefix); None for a path
+    under no protocol's."""
+    return _BY_SEGMENT.get(path.split("/")[1] if path.startswith("/") else "")
+
+
 # Status routes that stay open when API keys are set: the health checks of orchestrators and
 # load balancers (TGI's and vLLM's /health, SageMaker's /ping; SPEC.md server.api_keys).
 OPEN_STATUS_ROUTES = frozenset(r.path for r in _STATUS if r.open)

@@ -10,6 +10,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -30,6 +33,7 @@ from gateway import (
     upstream,
     version,
 )
+from schemas import errors
 
 # How often DNS-named upstreams (headless Services) are re-resolved.
 DNS_REFRESH_SECONDS = 5.0
@@ -97,9 +101,31 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
         await send({"type": "http.response.body", "body": body})
 
     routes.append(Route("/metrics", _Asgi(metrics_route), methods=["GET"]))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={404: no_route, 405: no_route})
     app.state.services = services
     return FastPaths(app, routes, lifespan)
+
+
+async def no_route(request: Request, exc: Exception) -> Response:
+    """Starlette's 404 and 405, in the error body of the protocol the path belongs to (an
+    OpenAI client that posts to `/v1/chat/completion` reads an OpenAI error object); plain
+    text for a path under no protocol's prefix."""
+    assert isinstance(exc, HTTPException)
+    extra = dict(exc.headers or {})  # a 405's Allow
+    make = registry.errors_for(request.url.path)
+    if make is None:
+        return PlainTextResponse(exc.detail, exc.status_code, headers=extra)
+    method, path = request.method, request.url.path
+    refusal: errors.NoRoute
+    if exc.status_code == 405:
+        refusal = errors.MethodNotAllowed(
+            f"Method {method} is not allowed for {path} (allowed: {extra.get('Allow', '')})")
+    else:
+        refusal = errors.NoRoute(f"Unknown request URL: {method} {path}")
+    out = make().render_error(refusal)
+    return Response(out.body, out.status, headers={**out.headers, **extra},
+                    media_type=out.media_type)
 
 
 class FastPaths:

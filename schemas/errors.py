@@ -6,6 +6,8 @@
     │    │    └─ MalformedBody 400/415/422 (not JSON, not JSON's media type, not the shape)
     │    ├─ Unauthorized 401
     │    ├─ ModelNotFound 404
+    │    ├─ NoRoute 404 (no route at the path)
+    │    │    └─ MethodNotAllowed 405 (the route takes other methods)
     │    ├─ PayloadTooLarge 413
     │    ├─ Overloaded 429 (the gateway's own concurrency limit)
     │    └─ Unsupported 400 (the worker cannot do what was asked)
@@ -63,6 +65,21 @@ class Unauthorized(RequestError):
 class ModelNotFound(RequestError):
     status = 404
     kind = "model_not_found"
+
+
+class NoRoute(RequestError):
+    """No route takes the request's path: answered in the error body of the protocol whose
+    routes share the path's first segment (`/v1/...`: OpenAI's), as the caller reads errors."""
+
+    status = 404
+    kind = "not_found"
+
+
+class MethodNotAllowed(NoRoute):
+    """The route at the path takes other methods (the answer carries `Allow`)."""
+
+    status = 405
+    kind = "method_not_allowed"
 
 
 class PayloadTooLarge(RequestError):

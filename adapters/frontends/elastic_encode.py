@@ -290,13 +290,14 @@ def es_type(exc: errors.GatewayError) -> str:
 
 def rest_layer(exc: errors.GatewayError) -> bool:
     """Errors Elasticsearch answers before its SSE listener exists: security (401), request
-    size (413) and read time (408), thread-pool rejection (429), a bad Content-Type (406) or an
-    empty body; RestController writes them as JSON (wire-formats.md 7.4)."""
+    size (413) and read time (408), thread-pool rejection (429), a bad Content-Type (406), an
+    empty body, or no handler for the path or method; RestController writes them as JSON
+    (wire-formats.md 7.4)."""
     note = base.note_of(exc, EsNote)
     if note is not None and note.rest:
         return True
-    return isinstance(exc, errors.Unauthorized | errors.PayloadTooLarge | errors.Overloaded) \
-        or exc.status == 408
+    return isinstance(exc, errors.Unauthorized | errors.PayloadTooLarge | errors.Overloaded
+                      | errors.NoRoute) or exc.status == 408
 
 
 def status_name(status: int) -> str:

@@ -281,6 +281,9 @@ _ERROR_TYPES: dict[type[errors.GatewayError], tuple[str, str | None]] = {
     errors.InvalidRequest: ("invalid_request_error", None),
     errors.Unauthorized: ("invalid_request_error", "invalid_api_key"),
     errors.ModelNotFound: ("invalid_request_error", "model_not_found"),
+    # OpenAI's API on a path it has no route for: 404, code "unknown_url"
+    errors.MethodNotAllowed: ("invalid_request_error", "method_not_allowed"),
+    errors.NoRoute: ("invalid_request_error", "unknown_url"),
     errors.PayloadTooLarge: ("invalid_request_error", "request_too_large"),
     errors.Overloaded: ("rate_limit_error", "rate_limit_exceeded"),
     errors.Unsupported: ("invalid_request_error", "unsupported_parameter"),

@@ -336,6 +336,8 @@ def error_parts(exc: errors.GatewayError) -> tuple[int, str, str]:
         return 429, "overloaded", "Model is overloaded"
     if isinstance(exc, errors.Unauthorized):
         return 401, "unauthorized", exc.message
+    if isinstance(exc, errors.NoRoute):  # axum's own 404/405 have no body: ours says which
+        return exc.status, exc.kind, exc.message
     if isinstance(exc, errors.RequestError | errors.UpstreamRejected):
         if exc.status == 429:
             return 429, "overloaded", "Model is overloaded"
@@ -359,12 +361,13 @@ def error_event(exc: errors.GatewayError) -> bytes:
 def render_error(exc: errors.GatewayError, in_stream: bool) -> base.Rendered:
     """TGI's error response; `in_stream`: /generate_stream, which runs every check inside the
     stream, so the error is an event after HTTP 200. Rejections before TGI's handler (API key,
-    body size, body read timeout) keep their status and JSON body."""
+    body size, body read timeout, no route for the path or method) keep their status and JSON
+    body."""
     if isinstance(exc, errors.MalformedBody):  # axum's Json extractor, before any stream
         return base.Rendered(exc.status, exc.message.encode(), "text/plain; charset=utf-8")
     status, body = error_json(exc)
     headers = {"retry-after": str(exc.retry_after)} if isinstance(exc, errors.Overloaded) else {}
-    if in_stream and exc.status not in (401, 408, 413):
+    if in_stream and exc.status not in (401, 408, 413) and not isinstance(exc, errors.NoRoute):
         return base.Rendered(200, framing.sse(body), StreamEncoder.media_type,
                              {**StreamEncoder.headers, **headers})
     return base.Rendered(status, body, headers=headers)

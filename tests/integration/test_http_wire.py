@@ -211,6 +211,50 @@ def test_route_statuses(gw: Gateway, method: str, target: str, status: int) -> N
         assert r.header("allow") == "POST"
 
 
+@pytest.mark.parametrize(("method", "target", "status", "shape"), [
+    # OpenAI's API answers a path it has no route for with 404 and code "unknown_url"
+    ("POST", "/v1/chat/completion", 404, "openai"),
+    ("GET", CHAT, 405, "openai"),
+    ("GET", "/_inference/chat_completion/demo/_stream", 405, "elastic"),
+    ("POST", "/_inference/demo/_nothing", 404, "elastic"),
+    ("POST", "/generate/more", 404, "tgi"),
+    ("POST", "/generate_stream/more", 404, "tgi"),  # not a 200 and an error event
+    ("PUT", "/", 405, "tgi"),
+    ("GET", "/invocations", 405, "lmi"),
+    ("GET", "/no/such/route", 404, "text"),
+])
+def test_a_path_no_route_takes_is_refused_in_its_protocols_error_body(
+        gw: Gateway, method: str, target: str, status: int, shape: str) -> None:
+    """SPEC.md: bad input gets a 4xx in the calling protocol's error body; which protocol is
+    calling, for a path no route takes, is told by the path's first segment (/v1: OpenAI,
+    /_inference: Elasticsearch, /generate: TGI, /invocations: SageMaker). The status stays
+    404 or 405 (with Allow); a path under no protocol's prefix keeps a plain-text answer."""
+    with Conn(gw.addr) as c:
+        c.send(request(method, target, chat() if method == "POST" else b""))
+        r = c.response(method)
+    assert r.status == status, r.body[:300]
+    if status == 405:
+        assert r.header("allow")
+    if shape == "text":
+        assert (r.header("content-type") or "").startswith("text/plain")
+        return
+    assert (r.header("content-type") or "").startswith("application/")
+    body = json.loads(r.body)
+    path = target.partition("?")[0]
+    if shape == "openai":
+        err = body["error"]
+        assert err["type"] == "invalid_request_error" and path in err["message"]
+        assert err["code"] == ("unknown_url" if status == 404 else "method_not_allowed")
+    elif shape == "elastic":
+        assert body["status"] == status and path in body["error"]["reason"]
+        assert r.header("x-elastic-product") == "Elasticsearch"
+    elif shape == "tgi":
+        assert path in body["error"]
+        assert body["error_type"] == ("not_found" if status == 404 else "method_not_allowed")
+    else:
+        assert body["code"] == status and path in body["error"]
+
+
 def test_response_head_sanity(gw: Gateway) -> None:
     """RFC 9110 section 6.6.1: an origin server with a clock sends Date; SPEC.md: the
     client's x-request-id is echoed; no field is sent twice (RFC 9110 section 5.3) except the
