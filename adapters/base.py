@@ -183,6 +183,11 @@ class Backend(Protocol):
         text every client has already seen), or None when this worker cannot continue it."""
         ...
 
+    def continues(self, req: canonical.InferenceRequest) -> bool:
+        """Whether `continuation` gives a request for `req`, without making one: asked of
+        every stream, to know whether its progress need be tracked."""
+        ...
+
 
 @dataclass(slots=True, frozen=True)
 class WorkerKind:

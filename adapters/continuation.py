@@ -31,14 +31,26 @@ def _budget(req: canonical.InferenceRequest, tokens_so_far: int) -> canonical.Sa
     return dataclasses.replace(s, max_tokens=left, min_tokens=min_left)
 
 
+def completion_possible(req: canonical.InferenceRequest) -> bool:
+    """Whether `completion` gives a continuation of `req` (one text prompt, plain)."""
+    prompts = req.prompts
+    return req.messages is None and prompts is not None and len(prompts) == 1 \
+        and isinstance(prompts[0], str) and plain(req)
+
+
+def chat_possible(req: canonical.InferenceRequest) -> bool:
+    """Whether `chat_prefix` gives a continuation of `req` (a plain chat)."""
+    return req.messages is not None and plain(req)
+
+
 def completion(req: canonical.InferenceRequest, text_so_far: str,
                tokens_so_far: int) -> canonical.InferenceRequest | None:
     """The prompt plus the text so far; None unless one text prompt."""
-    prompts = req.prompts
-    if req.messages is not None or not prompts or len(prompts) != 1 \
-            or not isinstance(prompts[0], str) or not plain(req):
+    if not completion_possible(req):
         return None
-    return dataclasses.replace(req, prompts=[prompts[0] + text_so_far],
+    prompt = req.prompts[0] if req.prompts else ""
+    assert isinstance(prompt, str)
+    return dataclasses.replace(req, prompts=[prompt + text_so_far],
                                sampling=_budget(req, tokens_so_far))
 
 
@@ -46,8 +58,9 @@ def chat_prefix(req: canonical.InferenceRequest, text_so_far: str, tokens_so_far
                 flags: dict[str, object]) -> canonical.InferenceRequest | None:
     """The messages plus the text so far as the assistant's unfinished turn, with the worker's
     `flags` that make it continue that turn; None unless a plain chat."""
-    if req.messages is None or not plain(req):
+    if not chat_possible(req):
         return None
+    assert req.messages is not None
     turn = canonical.Message("assistant", text_so_far)
     return dataclasses.replace(req, messages=[*req.messages, turn],
                                sampling=_budget(req, tokens_so_far), extra={**req.extra, **flags})

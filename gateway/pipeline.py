@@ -243,8 +243,7 @@ class Pipeline:
     def _resumable(self, opened: Opened) -> bool:
         job = opened.job
         return bool(self.failover_attempts and opened.more and job is not None
-                    and job.req.stream and job.route.backend.continuation(job.req, "", 0)
-                    is not None)
+                    and job.req.stream and job.route.backend.continues(job.req))
 
     async def _continue(self, job: Job, seen: Progress, failed: str,
                         cause: errors.GatewayError) -> Opened:

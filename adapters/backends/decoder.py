@@ -112,9 +112,14 @@ class FramedDecoder:
 
     def _events(self, events: list[tuple[bytes, bytes]], out: list[ev.Event]) -> None:
         """Each (name, data) event: one orjson.loads and the worker's `on_event`; the
-        terminator is the one payload that is not JSON (tried second: it comes once)."""
+        terminator is the one payload that is not JSON (as written, it is compared first: a
+        failed orjson.loads costs about 4 us, its JSONDecodeError being built in Python)."""
         on_event = self.on_event
+        done = self.DONE
         for _, payload in events:
+            if payload == done:
+                self.on_done()
+                continue
             try:
                 obj = orjson.loads(payload)
             except orjson.JSONDecodeError:

@@ -203,6 +203,9 @@ class OpenAIBackend:
         """Completions only: the OpenAI API has no way to continue an assistant turn."""
         return continuation.completion(req, text_so_far, tokens_so_far)
 
+    def continues(self, req: canonical.InferenceRequest) -> bool:
+        return continuation.completion_possible(req)
+
 
 def error_message(body: bytes) -> str:
     """The message of any OpenAI-style error body: nested, flat (trtllm-serve) or a string.

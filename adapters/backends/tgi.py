@@ -317,6 +317,9 @@ class TgiBackend:
         """`generate` only: TGI's Messages API has no way to continue an assistant turn."""
         return continuation.completion(req, text_so_far, tokens_so_far)
 
+    def continues(self, req: canonical.InferenceRequest) -> bool:
+        return continuation.completion_possible(req)
+
 
 def message(m: canonical.Message) -> dict[str, Any]:
     """TGI's `Message` (lib.rs): `content` or `tool_calls` (an untagged body, so a `null`

@@ -223,3 +223,6 @@ class TritonBackend:
         """Text prompts only; a chat's rendered prompt is not the client's to extend."""
         return continuation.completion(req, text_so_far, tokens_so_far)
 
+    def continues(self, req: canonical.InferenceRequest) -> bool:
+        return continuation.completion_possible(req)
+

@@ -99,3 +99,8 @@ class VllmBackend(openai.OpenAIBackend):
         if req.messages is not None:
             return continuation.chat_prefix(req, text_so_far, tokens_so_far, CONTINUE_FLAGS)
         return continuation.completion(req, text_so_far, tokens_so_far)
+
+    def continues(self, req: canonical.InferenceRequest) -> bool:
+        if req.messages is not None:
+            return continuation.chat_possible(req)
+        return continuation.completion_possible(req)

@@ -7,6 +7,8 @@ import httpx
 import orjson
 import pytest
 import respx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapters import registry
 from gateway import config
@@ -108,3 +110,22 @@ async def test_streams_breaking_after_the_first_byte_count_toward_ejection() -> 
                     await client.post("/v1/chat/completions",
                                       json={**harness.CHAT, "stream": True})
     assert bad.call_count == 3  # round robin gave it every other stream until the third broke
+
+
+@settings(max_examples=200, deadline=None)
+@given(chat=st.booleans(), prompts=st.integers(0, 2), ids=st.booleans(), n=st.integers(1, 2),
+       tools=st.booleans(), echo=st.booleans(), best_of=st.sampled_from([None, 2]),
+       name=st.sampled_from(["vllm", "openai", "trtllm", "tgi", "triton"]))
+def test_continues_says_what_continuation_does_without_making_a_request(
+        chat: bool, prompts: int, ids: bool, n: int, tools: bool, echo: bool,
+        best_of: int | None, name: str) -> None:
+    """Every stream asks `continues` (whether its progress is worth tracking); only a failover
+    asks `continuation`. They must agree for every request shape."""
+    prompt: str | list[int] = [1, 2] if ids else "Once"
+    req = canonical.InferenceRequest(
+        messages=[canonical.Message("user", "hi")] if chat else None,
+        prompts=None if chat else [prompt] * prompts, stream=True,
+        sampling=canonical.Sampling(n=n, best_of=best_of),
+        tools=[canonical.ToolSpec("f")] if tools else None, echo=echo)
+    b = registry.backend(name)
+    assert b.continues(req) == (b.continuation(req, " upon", 1) is not None)
