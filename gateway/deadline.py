@@ -127,7 +127,8 @@ class IdleWatchdog:
     Costs one float store per chunk, where an asyncio.timeout per read costs about 5 us.
     """
 
-    __slots__ = ("_handle", "_idle", "_loop", "fired", "last", "on_idle", "task", "waiting")
+    __slots__ = ("_first", "_handle", "_idle", "_loop", "fired", "last", "on_idle", "task",
+                 "waiting")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, idle: float,
                  on_idle: Callable[[], None] | None = None):
@@ -138,9 +139,14 @@ class IdleWatchdog:
         self.last = loop.time()
         self.waiting = False
         self.fired = False
-        self._handle = loop.call_at(self.last + idle, self._check)
+        # The first check, `idle` after the start, shares the loop's handle for that delay
+        # (most answers end before it); a check after activity is due at its own time.
+        self._first: Timeouts | None = timeouts(loop, idle)
+        self._first.arm(self, self._check)
+        self._handle: asyncio.TimerHandle | None = None
 
     def _check(self) -> None:
+        self._first = None
         now = self._loop.time()
         if not self.waiting:
             self.last = max(self.last, now)
@@ -155,4 +161,7 @@ class IdleWatchdog:
             self._handle = self._loop.call_at(max(due, now + 0.001), self._check)
 
     def cancel(self) -> None:
-        self._handle.cancel()
+        if self._first is not None:
+            self._first.cancel(self)
+        if self._handle is not None:
+            self._handle.cancel()

@@ -136,3 +136,32 @@ def test_a_callback_armed_by_a_firing_one_still_fires() -> None:
         return fired
 
     assert asyncio.run(asyncio.wait_for(main(), 5)) == 3
+
+
+def test_the_idle_watchdog_fires_idle_after_the_last_activity_not_before() -> None:
+    """Silent from the start: it fires at `idle` (the first check shares the loop's handle for
+    that delay). Active until midway: it fires `idle` after the last activity. Cancelled: never."""
+    from gateway.deadline import IdleWatchdog
+
+    async def main() -> tuple[float, float, bool]:
+        loop = asyncio.get_running_loop()
+        fired: dict[str, float] = {}
+        start = loop.time()
+        silent = IdleWatchdog(loop, 0.2, lambda: fired.setdefault("silent", loop.time()))
+        silent.waiting = True
+        active = IdleWatchdog(loop, 0.2, lambda: fired.setdefault("active", loop.time()))
+        active.waiting = True
+        gone = IdleWatchdog(loop, 0.2, lambda: fired.setdefault("gone", loop.time()))
+        gone.waiting = True
+        gone.cancel()
+        await asyncio.sleep(0.15)
+        active.last = loop.time()  # a chunk came
+        await asyncio.sleep(0.5)
+        for dog in (silent, active):
+            dog.cancel()
+        return fired["silent"] - start, fired["active"] - start, "gone" in fired
+
+    silent_at, active_at, gone = asyncio.run(asyncio.wait_for(main(), 5))
+    assert 0.19 <= silent_at < 0.3
+    assert 0.34 <= active_at < 0.45
+    assert not gone
