@@ -1,16 +1,17 @@
 """`server.workers: N`: N serving processes on one port; managed workers run once, by the parent.
 
 The parent binds N listening sockets to the port with SO_REUSEPORT and hands one to each
-serving process (spawned; uvicorn on uvloop): the kernel spreads new connections over the
-sockets by their address hash, where one shared accept queue would wake every process for each
-connection and let the quickest take most of them. The parent keeps the sockets, so a serving
-process that dies is restarted on its own socket and what queued there meanwhile is still
-served. The managed workers (`workers:`) are started, restarted and stopped by the parent
-alone; each serving process gates them into its own rotation by probing their health route
-(the same gate as one process uses), so no state has to be kept in step between processes.
-Metrics: prometheus_client's multiprocess mode, in a directory the parent makes and removes;
-/metrics in any process sums them all. SIGTERM or SIGINT to the parent: SIGTERM to every
-serving process (each drains its streams for `server.drain_seconds`), then the workers stop.
+serving process (spawned; the gateway's own server on uvloop): the kernel spreads new
+connections over the sockets by their address hash, where one shared accept queue would wake
+every process for each connection and let the quickest take most of them. The parent keeps the
+sockets, so a serving process that dies is restarted on its own socket and what queued there
+meanwhile is still served. The managed workers (`workers:`) are started, restarted and stopped
+by the parent alone; each serving process gates them into its own rotation by probing their
+health route (the same gate as one process uses), so no state has to be kept in step between
+processes. Metrics: prometheus_client's multiprocess mode, in a directory the parent makes and
+removes; /metrics in any process sums them all. SIGTERM or SIGINT to the parent: SIGTERM to
+every serving process (each drains its streams for `server.drain_seconds`), then the workers
+stop.
 """
 
 from __future__ import annotations
