@@ -7,13 +7,13 @@ dots become underscores and the unit `s` becomes a `_seconds` suffix; each histo
 spec's advised ExplicitBucketBoundaries. The gateway's own metrics are `gateway_*`.
 
 Labels are bounded by the configuration, never by what a client sends: models are configured
-names (anything else is `unknown`), routes are templates (`/predictions/{model}`), status is
-a class (`4xx`), errors are exception class names. Everything is recorded once per request or
-per upstream attempt, never per streamed chunk, and held until the end of the event loop's turn
+names (anything else is `unknown`), routes are templates (`/predictions/{model}`), status is a
+class (`4xx`), errors are exception class names. Everything is recorded once per request or per
+upstream attempt, never per streamed chunk, and held until the end of the event loop's turn
 (`child`, `flush`): prometheus_client takes a lock per value and walks a histogram's buckets in
 Python per observation, which was a tenth of a whole answer's CPU; a turn's requests now cost
-it one update per series. An upstream no longer listed (a pod gone from
-DNS) loses its series at the next scrape (`refresh_upstreams`, `_ListedOnly`).
+it one update per series. An upstream no longer listed (a pod gone from DNS) loses its series
+at the next scrape (`refresh_upstreams`, `_ListedOnly`).
 
 With several serving processes (`server.workers: N`) prometheus_client's multiprocess mode
 sums every process's samples (`collected`): the in-flight gauge is `livesum` (a process that
