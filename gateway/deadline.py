@@ -66,7 +66,11 @@ class Timeouts:
         for key, _ in ready:
             del due[key]
         for _, callback in ready:
-            callback()
+            try:
+                callback()
+            except Exception as exc:  # noqa: BLE001 - as the loop treats a failing handle
+                self._loop.call_exception_handler(
+                    {"message": "a timeout callback failed", "exception": exc})
 
 
 _queues: dict[tuple[asyncio.AbstractEventLoop, float], Timeouts] = {}

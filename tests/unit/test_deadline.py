@@ -165,3 +165,24 @@ def test_the_idle_watchdog_fires_idle_after_the_last_activity_not_before() -> No
     assert 0.19 <= silent_at < 0.3
     assert 0.34 <= active_at < 0.45
     assert not gone
+
+
+def test_a_failing_callback_does_not_keep_the_others_due_with_it_from_running() -> None:
+    async def main() -> tuple[list[str], list[Any]]:
+        loop = asyncio.get_running_loop()
+        reported: list[Any] = []
+        loop.set_exception_handler(lambda _, ctx: reported.append(ctx.get("exception")))
+        queue = timeouts(loop, 0.01)
+        called: list[str] = []
+
+        def boom() -> None:
+            raise ValueError("boom")
+
+        queue.arm("a", boom)
+        queue.arm("b", functools.partial(called.append, "b"))
+        await asyncio.sleep(0.1)
+        return called, reported
+
+    called, reported = asyncio.run(asyncio.wait_for(main(), 5))
+    assert called == ["b"]
+    assert len(reported) == 1 and isinstance(reported[0], ValueError)
