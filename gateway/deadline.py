@@ -50,9 +50,6 @@ class Timeouts:
     def cancel(self, key: Hashable) -> None:
         self._due.pop(key, None)
 
-    def __len__(self) -> int:
-        return len(self._due)
-
     def _fire(self) -> None:
         self._handle = None
         limit = self._loop.time() + TICK

@@ -8,12 +8,12 @@ and a client that goes away cancels its request through a callback, not a watche
 
 Inference and status routes are called with the request itself (a `gateway.peer.Peer`): fixed
 paths from `FastPaths.native`, path-parameter routes by `FastPaths.match` (Starlette's own
-matching); everything else (404/405, /metrics) goes to the Starlette app as plain ASGI. Behaviour at the wire:
-keep-alive and pipelining (requests answered in order), `Expect: 100-continue`, chunked and
-Content-Length bodies (both at once: 400), HTTP/1.0 (close-delimited streams), HEAD, a 431 for
-a head past `MAX_HEAD_BYTES`, a 408 for a head not in within `timeouts.request_read`, an idle
-keep-alive connection closed after `timeouts.keep_alive`, and writes that wait for a slow
-reader (transport flow control) instead of buffering without bound.
+matching); everything else (404/405, /metrics) goes to the Starlette app as plain ASGI.
+Behaviour at the wire: keep-alive and pipelining (requests answered in order), `Expect:
+100-continue`, chunked and Content-Length bodies (both at once: 400), HTTP/1.0 (close-delimited
+streams), HEAD, a 431 for a head past `MAX_HEAD_BYTES`, a 408 for a head not in within
+`timeouts.request_read`, an idle keep-alive connection closed after `timeouts.keep_alive`, and
+writes that wait for a slow reader (transport flow control) instead of buffering without bound.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Structured JSON logs: one line per request, one per bug, none per chunk; the standard
-library's loggers (asyncio's, and uvicorn's where the benchmark serves with it) are rendered by the same processors, so every line on
-stderr is one JSON object."""
+"""Structured JSON logs: one line per request, one per bug, none per chunk; the standard library's
+loggers (asyncio's, and uvicorn's where the benchmark serves with it) are rendered by the same
+processors, so every line on stderr is one JSON object."""
 
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 
 Each worker runs as a child in its own process group with PR_SET_PDEATHSIG (SIGKILL when the
 gateway dies, even by SIGKILL), and stop() signals the whole group, so no worker outlives the
-gateway while that is alive to send it; only grandchildren of a gateway killed by SIGKILL
-are beyond its reach. Its output goes to the structured log, a line an event. Draining:
-the HTTP server (gateway.listener) finishes in-flight requests (up to `server.drain_seconds`)
-before the lifespan's shutdown calls stop(), which then sends SIGTERM and, after a grace period, SIGKILL.
+gateway while that is alive to send it; only grandchildren of a gateway killed by SIGKILL are
+beyond its reach. Its output goes to the structured log, a line an event. Draining: the HTTP
+server (gateway.listener) finishes in-flight requests (up to `server.drain_seconds`) before the
+lifespan's shutdown calls stop(), which then sends SIGTERM and, after a grace period, SIGKILL.
 """
 
 from __future__ import annotations
