@@ -44,10 +44,23 @@ def as_invalid_request(exc: ValidationError) -> errors.InvalidRequest:
 
 
 def _dotted(loc: tuple[int | str, ...] | Any) -> str:
+    """`messages[0].role`; the union member pydantic tried is not a place in the body (a
+    `stop` of neither type is `stop`, as OpenAI's `param` names it, not `stop.str`)."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
+        elif _union_member(str(part)):
+            break
         else:
             out += ("." if out else "") + str(part)
     return out
+
+
+# Names pydantic gives union members in an error's `loc`: a type (`str`, `list[str]`,
+# `literal['auto']`, `function-after[...]`) or a model class (`NamedToolChoice`).
+_TYPE_NAMES = frozenset(("str", "int", "float", "bool", "bytes", "dict", "list", "none"))
+
+
+def _union_member(part: str) -> bool:
+    return part in _TYPE_NAMES or "[" in part or part[:1].isupper()

@@ -105,6 +105,8 @@ class InferenceRequest:
     sampling: Sampling = field(default_factory=Sampling)
     stream: bool = False
     include_usage: bool = False
+    # vLLM's `stream_options.continuous_usage_stats`: usage so far on every chunk of a stream
+    continuous_usage: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
     prompt_logprobs: int | None = None

@@ -28,10 +28,11 @@ class TopLogprob:
 
 @dataclass(slots=True)
 class TokenLogprob:
-    """The sampled token at one position, with its alternatives."""
+    """The sampled token at one position, with its alternatives; no log prob (None) for the
+    first token of an echoed prompt, which nothing precedes (vLLM's `token_logprobs[0]`)."""
 
     token: str
-    logprob: float
+    logprob: float | None
     bytes: list[int] | None = None
     id: int | None = None
     top: list[TopLogprob] = field(default_factory=list)

@@ -121,6 +121,9 @@ class ChatCompletionRequest(CommonRequest):
 
 class CompletionRequest(CommonRequest):
     prompt: str | list[str] | list[Int] | list[list[Int]]
+    # 0 with `echo`: the prompt alone, scored (vLLM completion/protocol.py
+    # echo_without_generation); without `echo` it is refused in the translation.
+    max_tokens: int | None = Field(default=None, ge=0, le=2**63 - 1)
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: bool | None = False
     suffix: str | None = None
@@ -134,6 +137,8 @@ class Usage(_Closed):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: dict[str, int] | None = None
+    completion_tokens_details: dict[str, int] | None = None
 
 
 class TopLogprob(_Closed):

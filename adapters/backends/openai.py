@@ -133,7 +133,7 @@ class OpenAIBackend:
         self.limits(req.sampling, body)
         body["stream"] = req.stream
         if req.stream:
-            body["stream_options"] = {"include_usage": True}  # usage is always wanted upstream
+            body["stream_options"] = self.stream_options(req)
         self.logprobs(req, body)
         body.update(params.ordered(fields, self.OPTIONS))
         if req.per_token and req.top_logprobs and target.options.get("tokenizer"):
@@ -145,6 +145,11 @@ class OpenAIBackend:
         return base.UpstreamRequest(
             "POST", target.base_url.rstrip("/") + path, orjson.dumps(body),
             {"content-type": "application/json"}, streaming=req.stream)
+
+    def stream_options(self, req: canonical.InferenceRequest) -> dict[str, Any]:
+        """Usage is always wanted upstream (the log line, metrics, the client's usage chunk);
+        a plain OpenAI server knows no more than that."""
+        return {"include_usage": True}
 
     def limits(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
         """"As many tokens as fit" and "keep the matched stop string" in this worker's terms.
@@ -182,7 +187,8 @@ class OpenAIBackend:
         return out
 
     def decoder(self, req: canonical.InferenceRequest, streaming: bool) -> base.StreamDecoder:
-        return openai_decode.OpenAIDecoder(req.is_chat, streaming)
+        return openai_decode.OpenAIDecoder(req.is_chat, streaming,
+                                           wants_prompt=req.prompt_logprobs is not None)
 
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
         message = error_message(body) or f"the worker answered HTTP {status}"

@@ -86,7 +86,7 @@ def completion_logprobs(lp: Any, ids: list[int] | None,
     for i, tok in enumerate(tokens):
         alt = tops[i] if i < len(tops) and tops[i] else {}
         tid = ids[i] if ids is not None and len(ids) == len(tokens) else None
-        value = values[i] if i < len(values) and values[i] is not None else 0.0
+        value = values[i] if i < len(values) else None  # null: an echoed prompt's first
         if (named := placeholder(tok)) is not None:
             tid, tok = named, text if len(tokens) == 1 else ""
         out.append(ev.TokenLogprob(tok, value, None, tid,
@@ -126,9 +126,10 @@ class OpenAIDecoder(decoder.FramedDecoder):
     # An unterminated last event is still read (the blank line after `[DONE]` may be cut).
     FLUSH_TAIL = True
 
-    def __init__(self, chat: bool, streaming: bool):
+    def __init__(self, chat: bool, streaming: bool, wants_prompt: bool = False):
         super().__init__("sse" if streaming else "whole")
         self._chat = chat
+        self._wants_prompt = wants_prompt and not chat  # completions choices carry them
         self._done = False
         self._finished = False
 
@@ -147,10 +148,10 @@ class OpenAIDecoder(decoder.FramedDecoder):
     def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
         if obj.get("error"):  # vLLM's in-band error (wire-formats.md 3.5), then `[DONE]`
             raise errors.UpstreamBroken(f"the worker failed: {_error_message(obj['error'])}")
+        if u := obj.get("usage"):  # first: a chunk's continuous usage counts its own tokens
+            out.append(usage(u))
         for c in obj.get("choices") or ():
             (self._chat_choice if self._chat else self._text_choice)(c, c.get("delta"), out)
-        if u := obj.get("usage"):
-            out.append(usage(u))
 
     def _chat_choice(self, c: dict[str, Any], delta: dict[str, Any] | None,
                      out: list[ev.Event]) -> None:
@@ -201,6 +202,10 @@ class OpenAIDecoder(decoder.FramedDecoder):
         if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
             raise errors.UpstreamBroken("the worker's answer has no `choices`")
         for c in obj["choices"]:
+            if self._wants_prompt and c.get("prompt_logprobs") is None:
+                # SPEC.md: what a client asks and cannot get is a 4xx, never blanks
+                raise errors.Unsupported("the model's worker returned no prompt logprobs "
+                                         "(`prompt_logprobs`)", field="prompt_logprobs")
             calls_before = len(out)
             (self._chat_choice if self._chat else self._text_choice)(c, None, out)
             _renumber_calls(out, calls_before)

@@ -72,6 +72,13 @@ class VllmBackend(openai.OpenAIBackend):
     ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
     PER_TOKEN_LOGPROBS = True
 
+    def stream_options(self, req: canonical.InferenceRequest) -> dict[str, Any]:
+        """With `continuous_usage_stats` the worker's own counts go on every chunk
+        (serving_chat.py include_continuous_usage), its prompt count exact from the first."""
+        if req.continuous_usage:
+            return {"include_usage": True, "continuous_usage_stats": True}
+        return {"include_usage": True}
+
     def limits(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
         if s.max_tokens_fit and s.max_tokens is None:
             # protocol.py CompletionRequest: `max_tokens` null is max_model_len - prompt

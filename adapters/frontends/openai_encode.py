@@ -47,6 +47,17 @@ def usage_dict(u: ev.Usage) -> dict[str, int]:
             "total_tokens": u.total_tokens}
 
 
+def usage_with_details(u: ev.Usage) -> dict[str, Any]:
+    """`usage_dict` with the detail objects a worker reported (vLLM's cached prompt tokens
+    under --enable-prompt-tokens-details, reasoning tokens), in OpenAI's order after total."""
+    out: dict[str, Any] = usage_dict(u)
+    if u.cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": u.cached_tokens}
+    if u.reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": u.reasoning_tokens}
+    return out
+
+
 def chat_logprobs(lps: list[ev.TokenLogprob] | None) -> list[dict[str, Any]]:
     return [
         {"token": t.token, "logprob": t.logprob, "bytes": t.bytes,
@@ -67,6 +78,13 @@ def completion_logprobs(lps: list[ev.TokenLogprob] | None, offset: int) -> dict[
         offset += len(t.token)
     return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops,
             "text_offset": offsets}
+
+
+def uncovered(text: str, lps: list[ev.TokenLogprob] | None) -> int:
+    """How much of an echoed answer's `text` its tokens do not cover: the prompt, where the
+    worker gave no log probs for it. `text_offset` indexes the text the client gets, prompt
+    included (vLLM serving_completion.py), so the tokens' offsets start after it."""
+    return max(0, len(text) - sum(len(t.token) for t in lps or ()))
 
 
 class _Chunks:
@@ -93,9 +111,23 @@ class _Chunks:
         self._include_usage = req.include_usage
         self._usage: ev.Usage | None = None
         self._generated = 0
+        if req.include_usage and req.continuous_usage:
+            self._chunk = self._chunk_with_usage  # type: ignore[method-assign]
 
     def _chunk(self, choice: dict[str, Any]) -> bytes:
         return self._prefix + orjson.dumps(choice) + self._suffix
+
+    def _chunk_with_usage(self, choice: dict[str, Any]) -> bytes:
+        """A chunk with the usage so far (vLLM's continuous_usage_stats, in vLLM's UsageInfo
+        key order): the worker's counts where it sends them per chunk, else the prompt's
+        once known and the tokens sent so far."""
+        u = self._usage
+        prompt = u.prompt_tokens if u is not None else 0
+        done = max(u.completion_tokens if u is not None else 0, self._generated)
+        usage = {"prompt_tokens": prompt, "total_tokens": prompt + done,
+                 "completion_tokens": done}
+        return (self._prefix + orjson.dumps(choice) + b'],"usage":' + orjson.dumps(usage)
+                + b"}\n\n")
 
     def flush(self) -> bytes:
         return b""  # nothing is ever held back
@@ -108,7 +140,7 @@ class _Chunks:
         if not self._include_usage:
             return framing.SSE_DONE
         usage = self._usage or ev.Usage(0, self._generated)
-        body = self._head + b'],"usage":' + orjson.dumps(usage_dict(usage)) + b"}"
+        body = self._head + b'],"usage":' + orjson.dumps(usage_with_details(usage)) + b"}"
         return framing.sse(body) + framing.SSE_DONE
 
 
@@ -188,6 +220,7 @@ class CompletionStreamEncoder(_Chunks):
         super().__init__(req, meta, "text_completion", COMPLETION_ID)
         self._logprobs = req.logprobs
         self._token_ids = req.token_ids
+        self._echo = req.echo
         self._offsets: dict[int, int] = {}
 
     def encode(self, e: ev.Event) -> bytes:
@@ -211,16 +244,17 @@ class CompletionStreamEncoder(_Chunks):
                              "finish_reason": None}
         if self._logprobs and e.logprobs is not None:
             offset = self._offsets.get(e.choice, 0)
-            c["logprobs"] = completion_logprobs(e.logprobs, offset)
+            start = offset + uncovered(e.text, e.logprobs) if self._echo else offset
+            c["logprobs"] = completion_logprobs(e.logprobs, start)
             self._offsets[e.choice] = offset + len(e.text)
         if self._token_ids:
             c["token_ids"] = e.token_ids
         return self._chunk(c)
 
 
-def _usage_or_count(done: canonical.Completion) -> dict[str, int]:
+def _usage_or_count(done: canonical.Completion) -> dict[str, Any]:
     if done.usage is not None:
-        return usage_dict(done.usage)
+        return usage_with_details(done.usage)
     counted = sum(len(c.token_ids or ()) for c in done.choices)
     return usage_dict(ev.Usage(0, counted))
 
@@ -267,7 +301,8 @@ def completion_body(
         out: dict[str, Any] = {"index": c.index, "text": c.text, "logprobs": None,
                                "finish_reason": reason, "stop_reason": matched}
         if req.logprobs:
-            out["logprobs"] = completion_logprobs(c.logprobs, 0)
+            start = uncovered(c.text, c.logprobs) if req.echo else 0
+            out["logprobs"] = completion_logprobs(c.logprobs, start)
         if req.token_ids:
             out["token_ids"] = c.token_ids
         choices.append(out)

@@ -49,6 +49,9 @@ def completion_request(data: dict[str, Any]) -> canonical.InferenceRequest:
     req.logprobs = raw.logprobs is not None
     req.top_logprobs = raw.logprobs or 0
     req.echo = bool(raw.echo)
+    if raw.max_tokens == 0 and not req.echo:
+        raise errors.InvalidRequest(
+            "`max_tokens` must be at least 1 (0 only with `echo`)", field="max_tokens")
     req.response_format = raw.response_format
     if raw.suffix is not None:
         req.extra["suffix"] = raw.suffix
@@ -81,6 +84,8 @@ def _common(raw: wire.CommonRequest) -> canonical.InferenceRequest:
         sampling=s,
         stream=bool(raw.stream),
         include_usage=bool(raw.stream_options and raw.stream_options.include_usage),
+        continuous_usage=bool(raw.stream_options and raw.stream_options.include_usage
+                              and raw.stream_options.continuous_usage_stats),
         prompt_logprobs=raw.prompt_logprobs,
         token_ids=bool(raw.return_token_ids),
         user=raw.user,

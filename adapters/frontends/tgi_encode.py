@@ -279,7 +279,7 @@ def _sequence(st: TgiState, done: canonical.Completion, c: canonical.Choice,
 
 def _mean_logprob(c: canonical.Choice) -> float:
     lps = c.logprobs or []
-    return sum(t.logprob for t in lps) / len(lps) if lps else -math.inf
+    return sum(t.logprob or 0.0 for t in lps) / len(lps) if lps else -math.inf
 
 
 def pick_best(choices: list[canonical.Choice]) -> tuple[canonical.Choice, list[canonical.Choice]]:

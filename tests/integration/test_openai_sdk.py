@@ -76,6 +76,21 @@ def test_chat_stream_with_usage_matches_whole(client: openai.OpenAI) -> None:
     assert len({c.id for c in chunks}) == 1
 
 
+def test_continuous_usage_on_every_chunk(client: openai.OpenAI) -> None:
+    """vLLM's `stream_options.continuous_usage_stats` (serving_chat.py
+    include_continuous_usage): usage so far on every chunk, the prompt counted from the
+    first, then the usual final usage chunk."""
+    chunks = list(client.chat.completions.create(
+        model="demo", messages=MSG, max_tokens=4, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True}))
+    assert all(c.usage is not None for c in chunks)
+    counts = [c.usage.completion_tokens for c in chunks if c.usage is not None]
+    assert counts[0] == 0 and counts == sorted(counts) and counts[-1] == 4
+    prompts = {c.usage.prompt_tokens for c in chunks if c.usage is not None}
+    assert len(prompts) == 1 and prompts.pop() > 0
+    assert not chunks[-1].choices
+
+
 def test_chat_n2_and_logprobs(client: openai.OpenAI) -> None:
     r = client.chat.completions.create(model="demo-alias", messages=MSG, n=2, max_tokens=4,
                                        logprobs=True, top_logprobs=2, temperature=1.0)

@@ -192,3 +192,45 @@ def test_build_after_check_walks_the_table_once_and_logs_each_drop_once(
     backend.check(first)
     assert orjson.loads(backend.build(other, TARGET).body)["max_tokens"] == 7
     assert walks == [first, first, other]
+
+
+def test_continuous_usage_is_asked_of_vllm_only() -> None:
+    """vLLM serving_chat.py / serving_completion.py: `stream_options.continuous_usage_stats`
+    (with include_usage) puts usage on every chunk; OpenAI's StreamOptions has no such field,
+    so a plain OpenAI server or trtllm-serve is asked for the final usage alone."""
+    asked = chat(stream=True, stream_options={"include_usage": True,
+                                               "continuous_usage_stats": True})
+    assert asked.continuous_usage
+    assert body_of("vllm", asked)["stream_options"] == {"include_usage": True,
+                                                        "continuous_usage_stats": True}
+    for kind in ("openai", "trtllm"):
+        assert body_of(kind, asked)["stream_options"] == {"include_usage": True}
+    plain = chat(stream=True, stream_options={"continuous_usage_stats": True})
+    assert not plain.continuous_usage  # without include_usage vLLM adds none either
+    assert body_of("vllm", plain)["stream_options"] == {"include_usage": True}
+
+
+def test_max_tokens_zero_only_with_echo() -> None:
+    """vLLM completion/protocol.py: `echo` with `max_tokens` 0 scores the prompt alone
+    (echo_without_generation); 0 otherwise is refused (SamplingParams: at least 1)."""
+    assert body_of("vllm", completion(max_tokens=0, echo=True, logprobs=1))["max_tokens"] == 0
+    with pytest.raises(errors.InvalidRequest) as info:
+        completion(max_tokens=0)
+    assert info.value.field == "max_tokens"
+    with pytest.raises(errors.InvalidRequest):
+        chat(max_tokens=0)
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"stop": 5}, "stop"),
+    ({"tool_choice": {"type": "function"}}, "tool_choice"),
+    ({"messages": [{"role": "bogus", "content": "x"}]}, "messages[0].role"),
+])
+def test_a_refused_field_is_named_as_the_body_names_it(fields: dict[str, Any],
+                                                       param: str) -> None:
+    """OpenAI's error `param` names the body's field (`stop`), not the union member pydantic
+    tried (`stop.str`)."""
+    with pytest.raises(errors.InvalidRequest) as info:
+        chat(**fields)
+    assert info.value.field == param
+    assert info.value.message.startswith(f"`{param}`: ")
