@@ -109,6 +109,8 @@ def ping(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
 ROUTES = (
     base.InferenceRoute("/invocations", LmiFrontend),
     base.InferenceRoute("/predictions/{model}", LmiFrontend),
+    # DJL's InferenceRequestHandler: a fourth segment is the model's version; one is served
+    base.InferenceRoute("/predictions/{model}/{version}", LmiFrontend),
 )
 # SageMaker's health check, open as its contract needs.
 STATUS_ROUTES = (base.StatusRouteSpec("/ping", ping, LmiFrontend, open=True),)

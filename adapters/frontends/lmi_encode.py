@@ -25,6 +25,7 @@ from adapters import base, framing
 from adapters.frontends import lmi_json
 from adapters.frontends import lmi_render as render
 from adapters.frontends.lmi_params import LmiState
+from adapters.frontends.openai_encode import uncovered
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -75,16 +76,23 @@ class RollingStreamEncoder(_Framed):
             tid, orjson.dumps(text), self._key, lmi_json.number(lp.logprob if lp else None))
 
     def _delta(self, e: ev.TextDelta) -> bytes:
+        """A token line per token, its text the worker's decoding of that token where the
+        worker gave one (DJL: each Token's text is vLLM's `decoded_token`), as the whole
+        answer's `details.tokens` has it: a delta can be shifted off the token boundaries
+        (vLLM holds text back while a stop string may be matching) or empty (an EOS token).
+        `generated_text` is the deltas' text."""
         out = self._release() if self._held is not None else b""
         self._text.append(e.text)
         ids, lps = e.token_ids, e.logprobs
         if ids is not None and len(ids) == 1 and not self._st.top_n_tokens:  # one token: fast
             self._tokens += 1
+            lp = lps[0] if lps else None
             self._held = b'{"token": {"id": %d, "text": %b, %b%b}' % (
-                ids[0], orjson.dumps(e.text), self._key,
-                lmi_json.number(lps[0].logprob if lps else None))
+                ids[0], orjson.dumps(lp.token if lp is not None and lp.token else e.text),
+                self._key, lmi_json.number(lp.logprob if lp is not None else None))
             return out
-        toks = e.per_token(render.UNKNOWN_ID)
+        toks = [(tid, lp.token if lp is not None and lp.token else text, lp)
+                for tid, text, lp in e.per_token(render.UNKNOWN_ID)]
         self._tokens += len(toks)
         if self._st.top_n_tokens:
             self._tops += [render.top_tokens(t[2], t[0], self._st.tgi_compat) for t in toks]
@@ -247,7 +255,7 @@ class CompletionStreamEncoder:
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta):
         self._head = (b'data: {"id":' + orjson.dumps(render.COMPLETION_ID + meta.id)
                       + b',"object":"text_completion","created":' + str(meta.created).encode()
-                      + b',"model":' + orjson.dumps(meta.model) + b',"choices":[')
+                      + b',"model":' + orjson.dumps(render.SAGEMAKER_MODEL) + b',"choices":[')
         self._req = req
         self._held: dict[int, dict[str, Any]] = {}
         self._offsets: dict[int, int] = {}
@@ -284,7 +292,8 @@ class CompletionStreamEncoder:
         lp = None
         if self._req.logprobs and e.logprobs is not None:
             offset = self._offsets.get(e.choice, 0)
-            lp = render.completion_logprobs(e.logprobs, offset)
+            start = offset + uncovered(e.text, e.logprobs) if self._req.echo else offset
+            lp = render.completion_logprobs(e.logprobs, start)
             self._offsets[e.choice] = offset + len(e.text)
         self._held[e.choice] = self._choice(e.choice, e.text, lp, e.token_ids)
         return out

@@ -18,6 +18,7 @@ import orjson
 from adapters import base
 from adapters.frontends import lmi_json
 from adapters.frontends.lmi_params import LmiState
+from adapters.frontends.openai_encode import uncovered
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -118,19 +119,21 @@ def dynamic_body(st: LmiState, done: canonical.Completion) -> bytes:
     return lmi_json.pretty_compact(out)
 
 
-def _utf8(text: str) -> list[int] | None:
-    """Seed 000 "bytes representation of the token"; DJL writes None for an empty token."""
-    return list(text.encode()) if text else None
+def _code_points(text: str) -> list[int] | None:
+    """Seed 000 "bytes representation of the token", as DJL writes it: the text's Unicode
+    code points (output_formatter.py `[ord(c) for c in t.text]`; wire-formats.md 5.6), not
+    its UTF-8 bytes, and None for an empty token."""
+    return [ord(c) for c in text] if text else None
 
 
 def chat_logprob(t: ev.TokenLogprob) -> dict[str, Any]:
     """Seed 000 Logprobs content entry. `top_logprobs` holds the worker's alternatives, or the
     sampled token alone as DJL writes it ("Currently only support 1 top_logprobs"), with the
     token text in `token` (SPEC.md; DJL's stream path writes the logprob there)."""
-    tops = t.top or [ev.TopLogprob(t.token, t.logprob)]
-    return {"token": t.token, "logprob": t.logprob, "bytes": _utf8(t.token),
-            "top_logprobs": [{"token": a.token, "logprob": a.logprob, "bytes": _utf8(a.token)}
-                             for a in tops]}
+    tops = t.top or [ev.TopLogprob(t.token, t.logprob or 0.0)]
+    return {"token": t.token, "logprob": t.logprob, "bytes": _code_points(t.token),
+            "top_logprobs": [{"token": a.token, "logprob": a.logprob,
+                              "bytes": _code_points(a.token)} for a in tops]}
 
 
 def _message(c: canonical.Choice) -> dict[str, Any]:
@@ -165,6 +168,11 @@ def chat_body(req: canonical.InferenceRequest, done: canonical.Completion,
                            "usage": usage_counts(done)})
 
 
+# Seed 002: a `prompt` answer's `model` is "always "/opt/ml/model" for SageMaker-hosted
+# models" (the path vLLM serves the model from in the container), whatever the model's name.
+SAGEMAKER_MODEL = "/opt/ml/model"
+
+
 def completion_logprobs(lps: list[ev.TokenLogprob] | None, offset: int) -> dict[str, Any]:
     """vLLM CompletionLogProbs, in its field order; `text_offset` runs on from `offset`."""
     offsets, values, tokens, tops = [], [], [], []
@@ -185,7 +193,9 @@ def completion_body(req: canonical.InferenceRequest, done: canonical.Completion,
     for c in done.choices:
         out: dict[str, Any] = {
             "index": c.index, "text": c.text,
-            "logprobs": completion_logprobs(c.logprobs, 0) if req.logprobs else None,
+            "logprobs": completion_logprobs(
+                c.logprobs, uncovered(c.text, c.logprobs) if req.echo else 0)
+            if req.logprobs else None,
             "finish_reason": VLLM_FINISH[c.finish.reason] if c.finish else None,
             "stop_reason": c.finish.matched if c.finish else None}
         if req.token_ids:
@@ -194,7 +204,7 @@ def completion_body(req: canonical.InferenceRequest, done: canonical.Completion,
         choices.append(out)
     return orjson.dumps({
         "id": COMPLETION_ID + meta.id, "object": "text_completion", "created": meta.created,
-        "model": meta.model, "choices": choices, "service_tier": None,
+        "model": SAGEMAKER_MODEL, "choices": choices, "service_tier": None,
         "system_fingerprint": None,
         "usage": {**usage_counts(done), "prompt_tokens_details": None},
         "kv_transfer_params": None})

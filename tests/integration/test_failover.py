@@ -133,8 +133,9 @@ def test_lmi_jsonlines_stream_is_continued(env: tuple[str, list[str]]) -> None:
         "inputs": "a poem [[sim tokens=8 drop_after=2]]", "stream": True,
         "parameters": {"max_new_tokens": 20, "details": True}})
     lines = [orjson.loads(x) for x in r.text.splitlines()]
-    text = "".join(x["token"]["text"] for x in lines)
+    text = "".join(x["token"]["text"] for x in lines[:-1])  # the last is the EOS token, `</s>`
     assert text == uncut(sims)[0] and len(text.split()) == 8
+    assert lines[-1]["token"]["text"] == "</s>" and lines[-1]["generated_text"] == text
     assert lines[-1]["details"]["finish_reason"] == "eos_token"
     assert both_served(sims, before)
 

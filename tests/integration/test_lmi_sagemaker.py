@@ -110,11 +110,14 @@ def test_inputs_stream_jsonlines_matches_whole(urls: tuple[str, str]) -> None:
 
 
 def test_inputs_stream_eos(urls: tuple[str, str]) -> None:
-    """The simulator ends with EOS after its natural length: the EOS token carries the end."""
+    """The simulator ends with EOS after its natural length: the EOS token carries the end,
+    with its own text as the worker decodes it (DJL: the Token's text is vLLM's
+    `decoded_token`; the whole answer's details.tokens say `</s>` too)."""
     got = lines(post(urls, {"inputs": PROMPT, "stream": True,
                             "parameters": {"details": True, "max_new_tokens": 200}}), False)
     assert got[-1]["details"]["finish_reason"] == "eos_token"
-    assert got[-1]["token"]["text"] == "" and got[-1]["token"]["id"] == 2  # the EOS token
+    assert got[-1]["token"]["text"] == "</s>" and got[-1]["token"]["id"] == 2  # the EOS token
+    assert not got[-1]["generated_text"].endswith("</s>")
 
 
 def test_mid_stream_failure_ends_with_the_error_line(urls: tuple[str, str]) -> None:
@@ -218,6 +221,17 @@ def test_other_worker_kinds(urls: tuple[str, str], model: str) -> None:
                                                           "decoder_input_details": True}},
                    f"/predictions/{model}")
     assert refused.status_code == 424 and set(refused.json()) == {"error", "code"}
+
+
+def test_a_versioned_predictions_url_serves_its_model(urls: tuple[str, str]) -> None:
+    """DJL InferenceRequestHandler (`predictions`): a fourth path segment is the model's
+    version, and the request is served by that model."""
+    versioned = post(urls, {"inputs": PROMPT, "parameters": {"max_new_tokens": 3}},
+                     "/predictions/tgi-model/1")
+    assert versioned.status_code == 200
+    assert versioned.json() == post(urls, {"inputs": PROMPT, "parameters": {"max_new_tokens": 3}},
+                                    "/predictions/tgi-model").json()
+    assert post(urls, {"inputs": PROMPT}, "/predictions/nope/1").status_code == 404
 
 
 def test_errors_and_ping(urls: tuple[str, str]) -> None:

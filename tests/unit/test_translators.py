@@ -51,6 +51,7 @@ BODIES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     "/_inference/completion/{id}/_stream": ({"input": "Hi"}, {"id": "demo"}),
     "/invocations": ({"messages": MSGS}, {}),
     "/predictions/{model}": ({"messages": MSGS}, {"model": "demo"}),
+    "/predictions/{model}/{version}": ({"messages": MSGS}, {"model": "demo", "version": "1"}),
 }
 ROUTES = dict(registry.INFERENCE_ROUTES)
 
