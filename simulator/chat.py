@@ -104,17 +104,6 @@ def _tool(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     return name, props if isinstance(props, dict) else {}
 
 
-def _json_props(body: dict[str, Any]) -> dict[str, Any] | None:
-    """response_format: json_object -> {}, json_schema -> its properties, else None."""
-    fmt = body.get("response_format")
-    if not isinstance(fmt, dict) or fmt.get("type") not in ("json_object", "json_schema"):
-        return None
-    spec = fmt.get("json_schema") if fmt["type"] == "json_schema" else None
-    schema = spec.get("schema") if isinstance(spec, dict) else None
-    props = schema.get("properties") if isinstance(schema, dict) else None
-    return props if isinstance(props, dict) else {}
-
-
 def _reasoning(body: dict[str, Any], settings: SimulatorSettings, d: directives.Directives) -> int:
     """Reasoning tokens: directive, else `chat_template_kwargs.enable_thinking`, else setting."""
     if d.reasoning is not None:
@@ -150,14 +139,18 @@ def parse(
         body, "max_tokens", None
     )
     n, temperature, seed = jobs.sampling(body, max_tokens)
-    extra = {"tool": tool, "json_props": _json_props(body)}
+    extra = {"tool": tool, "json_props": jobs.json_props(body)}
     reasoning = _reasoning(body, settings, faults)
+    # to_sampling_params: with `echo`, prompt_logprobs default to top_logprobs (0 by default)
+    prompt_lp = jobs.prompt_logprobs(body, body.get("top_logprobs") or 0)
     resumed = _resumed(body, msgs, settings, faults, max_tokens, (n, seed, temperature))
     if resumed is not None:
         prompt, outcomes, faults = resumed
+        prompt = jobs.truncated(prompt, body, settings, None, bos=False)
         common["faults"] = faults
     else:
-        prompt = tokens.encode_chat(msgs)
+        # serving_engine _normalize_prompt_text_to_input: the rendered template is truncated
+        prompt = jobs.truncated(tokens.encode_chat(msgs), body, settings, None, bos=False)
         spec = jobs.gen_spec(
             body, settings, faults, len(prompt), max_tokens, reasoning=reasoning, **extra
         )
@@ -171,6 +164,7 @@ def parse(
         prompt_texts=[""],
         outcomes=outcomes,
         logprobs=logprobs,
+        prompt_logprobs=prompt_lp,
         **common,
     )
 
@@ -358,7 +352,9 @@ class ChatRender:
                 "service_tier": None,
                 "system_fingerprint": None,
                 "usage": render.full_usage(self.prompt_len, done),
-                "prompt_logprobs": None,
+                "prompt_logprobs": None if job.prompt_logprobs is None else
+                render.prompt_logprobs(tokens.prompt_logprobs(job.prompts[0],
+                                                              job.prompt_logprobs)),
                 "prompt_token_ids": job.prompts[0] if job.return_token_ids else None,
                 "kv_transfer_params": None,
             }

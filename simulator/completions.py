@@ -40,8 +40,13 @@ def _is_ids(value: Any) -> bool:
     )
 
 
-def _prompts(body: dict[str, Any]) -> list[tuple[str, list[int]]]:
-    """(text, ids) per prompt; text prompts get BOS (`add_special_tokens=True`)."""
+def _prompts(
+    body: dict[str, Any], settings: SimulatorSettings, max_tokens: int | None
+) -> list[tuple[str, list[int]]]:
+    """(text, ids) per prompt; text prompts get BOS (`add_special_tokens=True`). With
+    `truncate_prompt_tokens` a text prompt keeps its text (echo shows it whole) and a token
+    prompt's text is its kept ids decoded (renderer.py); the limit is max_model_len less
+    max_tokens (serving_completion.py _build_render_config)."""
     prompt = body.get("prompt")
     if prompt is None:
         raise SimError("At least one of `prompt` or `prompt_embeds` must be set.")
@@ -60,10 +65,16 @@ def _prompts(body: dict[str, Any]) -> list[tuple[str, list[int]]]:
             "`prompt` must be a string, a list of strings, a list of token ids "
             "or a list of token id lists, and not empty"
         )
-    return [
-        (p, [tokens.BOS_ID, *tokens.encode(p)]) if isinstance(p, str) else (tokens.decode(p), p)
-        for p in items
-    ]
+    limit = settings.max_model_len - (max_tokens or 0)
+    out = []
+    for p in items:
+        if isinstance(p, str):
+            ids = jobs.truncated([tokens.BOS_ID, *tokens.encode(p)], body, settings, limit, True)
+            out.append((p, ids))
+        else:
+            ids = jobs.truncated(p, body, settings, limit, False)
+            out.append((tokens.decode(ids), ids))
+    return out
 
 
 def parse(
@@ -74,25 +85,31 @@ def parse(
 ) -> jobs.Job:
     """Validate a completions request and generate every prompt x choice."""
     common = jobs.job_fields(body, settings, faults, header_id, "cmpl-")
-    prompts = _prompts(body)
     raw_lp = body.get("logprobs")
     logprobs = None if raw_lp is None else jobs.logprobs_count(raw_lp, "logprobs")
+    prompt_lp = jobs.prompt_logprobs(body, logprobs)
     model = jobs.check_model(body, settings)
     has_max = "max_tokens" in body
     max_tokens = jobs.int_field(body, "max_tokens", None) if has_max else _DEFAULT_MAX_TOKENS
+    prompts = _prompts(body, settings, max_tokens)
+    echo = bool(body.get("echo"))
+    echo_only = echo and max_tokens == 0  # to_sampling_params: one token is sampled, unshown
+    max_tokens = 1 if echo_only else max_tokens
     n, temperature, seed = jobs.sampling(body, max_tokens)
+    json_props = jobs.json_props(body)
     resumed = None
-    if len(prompts) == 1 and n == 1 and prompts[0][0] and not body.get("echo"):
+    if len(prompts) == 1 and n == 1 and prompts[0][0] and not echo and json_props is None:
         resumed = _resumed(body, prompts[0][0], settings, faults, max_tokens, (seed, temperature))
     if resumed is not None:
         outcome, common["faults"] = resumed
         return jobs.Job(
             chat=False, model=model, n=1, prompts=[prompts[0][1]],
-            prompt_texts=[prompts[0][0]], outcomes=[outcome], logprobs=logprobs, **common,
+            prompt_texts=[prompts[0][0]], outcomes=[outcome], logprobs=logprobs,
+            prompt_logprobs=prompt_lp, **common,
         )
     outcomes = []
     for text, ids in prompts:
-        spec = jobs.gen_spec(body, settings, faults, len(ids), max_tokens)
+        spec = jobs.gen_spec(body, settings, faults, len(ids), max_tokens, json_props=json_props)
         key = tokens.digest(text if text else ids)
         outcomes += jobs.generate_choices(settings, spec, key, n, (seed, temperature))
     return jobs.Job(
@@ -103,7 +120,9 @@ def parse(
         prompt_texts=[text for text, _ in prompts],
         outcomes=outcomes,
         logprobs=logprobs,
-        echo=bool(body.get("echo")),
+        prompt_logprobs=prompt_lp,
+        echo=echo,
+        echo_only=echo_only,
         **common,
     )
 
@@ -135,22 +154,48 @@ def _resumed(
     return None
 
 
-def _logprobs(toks: list[tokens.Token], k: int, offset: int,
-              as_ids: bool = False) -> dict[str, Any]:
-    """CompletionLogProbs; each top_logprobs dict holds k + 1 entries, sampled token first.
-    With `return_tokens_as_token_ids` every token string is `token_id:N` and, as in vLLM's
-    _create_completion_logprobs, the offsets count those strings' lengths."""
-    offsets, tops = [], []
-    for tok in toks:
+Step = tuple[str, float | None, dict[str, float] | None]  # token, its logprob, top logprobs
+
+
+def _out_steps(toks: list[tokens.Token], k: int, as_ids: bool) -> list[Step]:
+    """Generated tokens; each top_logprobs dict holds k + 1 entries, sampled token first."""
+    return [
+        (
+            t.shown(as_ids),
+            t.logprob,
+            {f"token_id:{i}": lp for i, lp in t.top_ids(k + 1)} if as_ids else dict(t.top(k + 1)),
+        )
+        for t in toks
+    ]
+
+
+def _prompt_steps(
+    ids: list[int], plp: list[tokens.PromptStep | None], k: int, as_ids: bool
+) -> list[Step]:
+    """Echoed prompt tokens from their prompt logprobs: the first has none (its text is
+    tokenizer.decode's), later ones show their first k + 1 entries (_create_completion_logprobs)."""
+    def name(i: int) -> str:
+        return f"token_id:{i}" if as_ids else tokens.token_text(i)
+
+    return [
+        (name(i), None, None) if step is None
+        else (name(i), step[0][1], {name(t): lp for t, lp, _ in step[: k + 1]})
+        for i, step in zip(ids, plp, strict=True)
+    ]
+
+
+def _logprobs(steps: list[Step], offset: int) -> dict[str, Any]:
+    """CompletionLogProbs. As in vLLM's _create_completion_logprobs the offsets count the token
+    strings' lengths (`token_id:N` ones with `return_tokens_as_token_ids`, `<s>` for BOS)."""
+    offsets = []
+    for tok, _, _ in steps:
         offsets.append(offset)
-        offset += len(tok.shown(as_ids))
-        tops.append({f"token_id:{i}": lp for i, lp in tok.top_ids(k + 1)} if as_ids
-                    else dict(tok.top(k + 1)))
+        offset += len(tok)
     return {
         "text_offset": offsets,
-        "token_logprobs": [t.logprob for t in toks],
-        "tokens": [t.shown(as_ids) for t in toks],
-        "top_logprobs": tops,
+        "token_logprobs": [lp for _, lp, _ in steps],
+        "tokens": [tok for tok, _, _ in steps],
+        "top_logprobs": [top for _, _, top in steps],
     }
 
 
@@ -161,6 +206,8 @@ class CompletionRender:
         self.job = job
         self.head = render.chunk_head(job.request_id, "text_completion", job.created, job.model)
         self.offsets = [0] * len(job.outcomes)  # vLLM previous_text_lens
+        k = job.prompt_logprobs
+        self.plp = None if k is None else [tokens.prompt_logprobs(ids, k) for ids in job.prompts]
 
     def opening(self) -> bytes:
         """Completions have no role chunk."""
@@ -173,22 +220,37 @@ class CompletionRender:
         stats = render.full_usage(len(self.job.prompts[prompt]), k + 1)
         return b'],"usage":' + _dumps(stats) + b"}\n\n"
 
+    def _steps(self, p: int, toks: list[tokens.Token], echo: bool) -> list[Step]:
+        """Logprob steps of `toks`, behind the prompt's when it is echoed (vLLM joins
+        prompt_logprobs and the output's); with max_tokens 0 only the prompt's."""
+        job = self.job
+        assert job.logprobs is not None
+        out = [] if job.echo_only else _out_steps(toks, job.logprobs, job.tokens_as_ids)
+        if not echo or self.plp is None:
+            return out
+        return _prompt_steps(job.prompts[p], self.plp[p], job.logprobs, job.tokens_as_ids) + out
+
     def step(self, index: int, k: int) -> bytes:
-        """The chunk of choice `index`'s token `k`."""
+        """The chunk of choice `index`'s token `k`; with echo the first one starts with the
+        prompt, its ids and its logprobs (completion_stream_generator)."""
         job, o = self.job, self.job.outcomes[index]
         tok, text, p = o.tokens[k], o.deltas[k] or "", index // job.n
+        echo = job.echo and k == 0
         lp = None
         if job.logprobs is not None:
-            lp = _logprobs([tok], job.logprobs, self.offsets[index], job.tokens_as_ids)
-        self.offsets[index] += len(text)
+            lp = _logprobs(self._steps(p, [tok], echo), self.offsets[index])
+        self.offsets[index] += len(text)  # the output's text only, as previous_text_lens
+        if echo:
+            text = job.prompt_texts[p] + ("" if job.echo_only else text)
         last = k == len(o.tokens) - 1
         choice = {
             "index": index,
-            "text": job.prompt_texts[p] + text if job.echo and k == 0 else text,
+            "text": text,
             "logprobs": lp,
             "finish_reason": o.finish_reason if last else None,
             "stop_reason": o.stop_reason if last else None,
-            "prompt_token_ids": job.prompts[p] if job.return_token_ids and k == 0 else None,
+            "prompt_token_ids": job.prompts[p] if k == 0 and (job.return_token_ids or echo)
+            else None,
             "token_ids": [tok.id] if job.return_token_ids else None,
         }
         return self.head + _dumps(choice) + self._tail(p, k)
@@ -200,25 +262,27 @@ class CompletionRender:
         return self.head + b'],"usage":' + _dumps(self._usage()) + b"}\n\n"
 
     def _usage(self) -> dict[str, int]:
-        """Each prompt counted once, every choice's tokens counted."""
+        """Each prompt counted once, every choice's tokens counted (with max_tokens 0 and
+        echo too: the one sampled token counts although it is not shown)."""
         prompt = sum(len(ids) for ids in self.job.prompts)
         return render.usage(prompt, sum(len(o.tokens) for o in self.job.outcomes))
 
     def _choice(self, index: int, o: tokens.Outcome) -> dict[str, Any]:
-        """CompletionResponseChoice with every field, nulls included."""
+        """CompletionResponseChoice with every field, nulls included; logprobs offsets start
+        at 0, over the prompt's tokens too when it is echoed."""
         job = self.job
         p = index // job.n
         prefix = job.prompt_texts[p] if job.echo else ""
-        k = job.logprobs
+        text = prefix + ("" if job.echo_only else o.content or "")
+        lp = None if job.logprobs is None else _logprobs(self._steps(p, o.tokens, job.echo), 0)
         return {
             "index": index,
-            "text": prefix + (o.content or ""),
-            "logprobs": None if k is None else _logprobs(o.tokens, k, len(prefix),
-                                                         job.tokens_as_ids),
+            "text": text,
+            "logprobs": lp,
             "finish_reason": o.finish_reason,
             "stop_reason": o.stop_reason,
             "token_ids": o.token_ids if job.return_token_ids else None,
-            "prompt_logprobs": None,
+            "prompt_logprobs": None if self.plp is None else render.prompt_logprobs(self.plp[p]),
             "prompt_token_ids": job.prompts[p] if job.return_token_ids else None,
         }
 

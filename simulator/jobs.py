@@ -6,6 +6,7 @@ Validation messages are vLLM 0.11's own (`protocol.py` validators, `SamplingPara
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -47,9 +48,11 @@ class Job:
     include_usage: bool = False
     continuous_usage: bool = False
     logprobs: int | None = None  # alternatives per token; None: no logprobs
+    prompt_logprobs: int | None = None  # vLLM `prompt_logprobs`; None: not asked
     return_token_ids: bool = False
     tokens_as_ids: bool = False  # vLLM `return_tokens_as_token_ids`: logprob tokens by id
     echo: bool = False
+    echo_only: bool = False  # echo with max_tokens 0: the prompt is the whole answer
     ttft_s: float = 0.0
     itl_s: float = 0.0
     faults: directives.Directives = directives.NONE
@@ -182,7 +185,7 @@ def timing(settings: SimulatorSettings, faults: directives.Directives) -> tuple[
     return ttft / 1000, itl / 1000
 
 
-def logprobs_count(value: Any, name: str) -> int:
+def logprobs_count(value: Any, name: str, kind: str = "sample") -> int:
     """A logprobs count within vLLM's limit."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise SimError(f"`{name}` must be an integer")
@@ -190,10 +193,105 @@ def logprobs_count(value: Any, name: str) -> int:
         raise SimError(f"`{name}` must be a positive value.")
     if value > MAX_LOGPROBS:
         raise SimError(
-            f"Requested sample logprobs of {value}, which is greater than max allowed: "
+            f"Requested {kind} logprobs of {value}, which is greater than max allowed: "
             f"{MAX_LOGPROBS}"
         )
     return value
+
+
+def prompt_logprobs(body: dict[str, Any], echo_default: Any) -> int | None:
+    """`prompt_logprobs`, else with `echo` the sample count (to_sampling_params), with the
+    check_logprobs validator's messages; -1 (the whole vocabulary) is over the limit."""
+    value = body.get("prompt_logprobs")
+    if value is None:
+        return echo_default if body.get("echo") else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if body.get("stream") and (value > 0 or value == -1):
+            raise SimError("`prompt_logprobs` are not available when `stream=True`.")
+        if value < -1:
+            raise SimError("`prompt_logprobs` must be a positive value or -1.")
+        value = len(tokens.VOCAB) if value == -1 else value
+    return logprobs_count(value, "prompt_logprobs", "prompt")
+
+
+_FORMATS = ("text", "json_object", "json_schema", "structural_tag")
+
+
+def _response_format(fmt: Any) -> dict[str, Any] | None:
+    """`response_format` checked as vLLM's AnyResponseFormat (ResponseFormat |
+    StructuralTagResponseFormat) validates it: pydantic errors are 400s."""
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise SimError("`response_format` must be an object")
+    if fmt.get("type") not in _FORMATS:
+        raise SimError(
+            "`response_format.type` must be one of 'text', 'json_object', 'json_schema', "
+            f"'structural_tag', got {fmt.get('type')!r}"
+        )
+    spec = fmt.get("json_schema")
+    if spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("name"), str)):
+        raise SimError("`response_format.json_schema` must be an object with a string `name`")
+    if fmt["type"] == "structural_tag" and not (
+        isinstance(fmt.get("structures"), list) and isinstance(fmt.get("triggers"), list)
+    ):
+        raise SimError("`response_format` of type 'structural_tag' needs `structures` and "
+                       "`triggers` lists")
+    return fmt
+
+
+def _schema_props(schema: Any) -> dict[str, Any]:
+    """A JSON schema's (dict or JSON text) `properties`; {} when it names none."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError:
+            schema = None
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    return props if isinstance(props, dict) else {}
+
+
+def json_props(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON output asked for, as both endpoints' to_sampling_params read it:
+    `response_format` json_object ({}) or json_schema (its properties), else `guided_json`
+    or `structured_outputs` `json` / `json_object`; None for free text."""
+    fmt = _response_format(body.get("response_format"))
+    if fmt is not None and fmt["type"] == "json_object":
+        return {}
+    if fmt is not None and fmt["type"] == "json_schema":
+        spec = fmt.get("json_schema")
+        return _schema_props(spec.get("schema") if isinstance(spec, dict) else None)
+    outputs = body.get("structured_outputs")
+    outputs = outputs if isinstance(outputs, dict) else {}
+    schema = body.get("guided_json") or outputs.get("json")
+    if schema is not None:
+        return _schema_props(schema)
+    return {} if outputs.get("json_object") else None
+
+
+def truncated(
+    ids: list[int], body: dict[str, Any], settings: SimulatorSettings, limit: int | None,
+    bos: bool,
+) -> list[int]:
+    """`truncate_prompt_tokens`: keep the last N prompt tokens (vLLM tokenizes with
+    truncation_side left, so a text prompt keeps its BOS); -1 means max_model_len, and N may
+    not pass `limit` (renderer.py _validate_and_normalize_truncate_tokens)."""
+    keep = int_field(body, "truncate_prompt_tokens", None)
+    if keep is None:
+        return ids
+    if keep < -1:
+        raise SimError("`truncate_prompt_tokens` must be greater than or equal to -1")
+    if keep == 0:  # vLLM renders no prompt at all and answers with no choices
+        raise SimError("`truncate_prompt_tokens` of 0 leaves no prompt")
+    keep = settings.max_model_len if keep == -1 else keep
+    if limit is not None and keep > limit:
+        raise SimError(
+            f"truncate_prompt_tokens ({keep}) cannot be greater than max_length ({limit}). "
+            "Please select a smaller truncation size."
+        )
+    if keep >= len(ids):
+        return ids
+    return [ids[0], *ids[len(ids) - keep + 1 :]] if bos else ids[-keep:]
 
 
 def gen_spec(
@@ -213,6 +311,7 @@ def gen_spec(
         finish=faults.finish,
         stop=stop_strings(body),
         stop_token_ids=stop_token_ids(body),
+        include_stop=bool(body.get("include_stop_str_in_output")),
         **extra,
     )
 

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from simulator import tokens
+
 DONE = b"data: [DONE]\n\n"
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]  # Starlette adds charset
 JSON_TYPE = (b"content-type", b"application/json")
@@ -110,3 +112,15 @@ def chunk_head(object_id: str, obj: str, created: int, model: str) -> bytes:
         + orjson.dumps(model)
         + b',"choices":['
     )
+
+
+def prompt_logprobs(steps: list[tokens.PromptStep | None]) -> list[dict[str, Any] | None]:
+    """`prompt_logprobs` as vLLM dumps list[dict[int, Logprob] | None]: ids as string keys,
+    each Logprob dataclass as {logprob, rank, decoded_token} (v1/engine/logprobs.py)."""
+    return [
+        None if step is None else {
+            str(i): {"logprob": lp, "rank": rank, "decoded_token": tokens.token_text(i)}
+            for i, lp, rank in step
+        }
+        for step in steps
+    ]

@@ -4,7 +4,9 @@ Randomness comes from blake2b in counter mode (never Python's salted `hash()`), 
 stable across processes and runs. Finish rules follow vLLM v1: the length cap is checked before
 EOS and stop token ids (`v1/core/sched/utils.py check_stop`), a stop token's text is dropped, and
 stop strings are found by the detokenizer, which holds back `max(len(stop)) - 1` characters
-while streaming and truncates the output at the match (`v1/engine/detokenizer.py`).
+while streaming and truncates the output at the match (`v1/engine/detokenizer.py`), or, with
+`include_stop_str_in_output`, holds nothing back and keeps the match (its stop_buffer_length is
+then 0; `StopChecker.check_stop_strings` truncates after the stop string).
 """
 
 from __future__ import annotations
@@ -134,6 +136,27 @@ class Token:
         return f"token_id:{self.id}" if as_id else self.logprob_text
 
 
+PromptStep = list[tuple[int, float, int]]  # (token id, logprob, rank), the prompt token first
+
+
+def prompt_logprobs(ids: list[int], k: int) -> list[PromptStep | None]:
+    """vLLM's prompt logprobs: None for the first token (nothing predicts it); for each later
+    one the token itself with its rank, then the top k by rank, a token already listed not
+    repeated (v1/engine/logprobs.py _make_logprob_dict). Each step depends only on the token
+    and the one before it, so a prompt's logprobs do not depend on what follows."""
+    out: list[PromptStep | None] = [None] if ids else []
+    for prev, cur in zip(ids, ids[1:], strict=False):
+        rng = _Rng(digest("prompt", prev, cur))
+        rank, best, start = 1 + rng.byte() % 4, round(-0.05 - rng.byte() / 256, 4), rng.byte()
+        alts = iter(i for j in range(k + 1)
+                    if (i := VOCAB_BASE + (start + 7 * j) % len(VOCAB)) != cur)
+        step = [(cur, round(best - 0.75 * (rank - 1), 4), rank)]
+        step += [(next(alts), round(best - 0.75 * (r - 1), 4), r)
+                 for r in range(1, k + 1) if r != rank]
+        out.append(step)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class GenSpec:
     """Everything that shapes one choice's output, validated by the caller."""
@@ -145,6 +168,7 @@ class GenSpec:
     finish: str | None = None  # "length": the natural end is a length cut, not EOS
     stop: tuple[str, ...] = ()
     stop_token_ids: frozenset[int] = frozenset()
+    include_stop: bool = False  # include_stop_str_in_output
     tool: tuple[str, dict[str, Any]] | None = None  # function name, its parameter properties
     json_props: dict[str, Any] | None = None  # response_format: {} means json_object
 
@@ -266,18 +290,19 @@ def _natural(spec: GenSpec, rng: _Rng) -> Iterator[Token]:
 class _ContentText:
     """Content detokenizer state: stop-string search and streaming hold-back.
 
-    Only the unshown tail (`pending`) can hold the start of a stop string, because the
-    hold-back keeps `max(len(stop)) - 1` characters unshown; so each step searches that short
-    tail, and shown text is only appended to a list (linear in the output length).
+    A match can only end in the text just added, so each step searches the unshown tail
+    (`pending`) behind the last `max(len(stop)) - 1` shown characters (`recent`); shown text is
+    only appended to a list (linear in the output length).
     """
 
-    __slots__ = ("holdback", "pending", "shown", "stop")
+    __slots__ = ("holdback", "include", "keep", "pending", "recent", "shown", "stop")
 
-    def __init__(self, stop: tuple[str, ...]) -> None:
-        self.stop = stop
-        self.holdback = max((len(s) for s in stop), default=1) - 1
+    def __init__(self, stop: tuple[str, ...], include: bool = False) -> None:
+        self.stop, self.include = stop, include
+        self.keep = max((len(s) for s in stop), default=1) - 1
+        self.holdback = 0 if include else self.keep  # detokenizer.py stop_buffer_length
         self.shown: list[str] = []
-        self.pending = ""
+        self.pending = self.recent = ""
 
     @property
     def text(self) -> str:
@@ -285,12 +310,14 @@ class _ContentText:
         return "".join(self.shown) + self.pending
 
     def add(self, piece: str) -> str | None:
-        """Append text; on a stop string truncate at it and return it (first in `stop` order)."""
+        """Append text; on a stop string truncate at it (after it with `include`) and return it
+        (first in `stop` order)."""
         self.pending += piece
+        text = self.recent + self.pending
         for s in self.stop:
-            i = self.pending.find(s)
+            i = text.find(s)
             if i != -1:
-                self.pending = self.pending[:i]
+                self.pending = text[len(self.recent) : i + len(s) if self.include else i]
                 return s
         return None
 
@@ -301,6 +328,7 @@ class _ContentText:
             return ""
         piece, self.pending = self.pending[:end], self.pending[end:]
         self.shown.append(piece)
+        self.recent = (self.recent + piece)[-self.keep :] if self.keep else ""
         return piece
 
 
@@ -335,7 +363,8 @@ def _delta(out: Outcome, text: _ContentText, tok: Token, finish: str | None) -> 
             out.tool.arguments += tok.text
         return tok.text
     if tok.kind == CONTENT:
-        dropped = finish == "stop" and out.stop_reason is not None  # a stop token's text
+        # v1 detokenizer: a stop token's text is dropped unless include_stop_str_in_output
+        dropped = finish == "stop" and out.stop_reason is not None and not text.include
         if not dropped and (matched := text.add(tok.text)) is not None:
             out.finish_reason, out.stop_reason = "stop", matched
             finish = "stop"
@@ -346,7 +375,8 @@ def _delta(out: Outcome, text: _ContentText, tok: Token, finish: str | None) -> 
 
 def generate(spec: GenSpec, key: bytes, tool_id: str = "") -> Outcome:
     """Run one choice to its end; `key` (see `digest`) fixes every token."""
-    out, text = Outcome(tool=ToolCall(tool_id, "") if spec.tool else None), _ContentText(spec.stop)
+    out = Outcome(tool=ToolCall(tool_id, "") if spec.tool else None)
+    text = _ContentText(spec.stop, spec.include_stop)
     for k, (tok, last) in enumerate(_lookahead(_natural(spec, _Rng(key))), 1):
         out.tokens.append(tok)
         finish, out.stop_reason = _engine_finish(spec, tok, k)

@@ -182,3 +182,45 @@ def test_tokenizer_counts_words_and_chat_overhead() -> None:
     ids = tokens.encode_chat([("system", "be brief"), ("user", "hi there you")])
     assert len(ids) == 1 + (2 + 2) + (3 + 2) + 1
     assert tokens.decode([tokens.BOS_ID, tokens.VOCAB_BASE, tokens.VOCAB_BASE + 1]) == " the of"
+
+
+def test_include_stop_str_in_output_streams_whole_tokens_and_keeps_the_match() -> None:
+    """vLLM v1/engine/detokenizer.py: stop_buffer_length is 0 with include_stop_str_in_output,
+    so each delta is its token's text; StopChecker.check_stop_strings then truncates after the
+    stop string, so the match stays in the text (and a token running past it is cut there)."""
+    base = gen(tokens=10)
+    full = base.content or ""
+    stop = full[9:13]  # crosses a token boundary in general
+    o = gen(tokens=10, stop=("qqqqqqqq", stop), include_stop=True)
+    end = full.index(stop) + len(stop)
+    assert (o.finish_reason, o.stop_reason, o.content) == ("stop", stop, full[:end])
+    assert o.deltas[:-1] == [t.text for t in base.tokens[: len(o.deltas) - 1]]
+    assert "".join(d for d in o.deltas if d) == full[:end]
+    held = gen(tokens=10, stop=("qqqqqqqq",), include_stop=True)  # no match, nothing held
+    assert held.deltas[:10] == [t.text for t in base.tokens[:10]]
+
+
+def test_include_stop_str_in_output_keeps_a_stop_tokens_text() -> None:
+    """v1 detokenizer update(): a stop-terminated step drops its last token's text only when
+    include_stop_str_in_output is off."""
+    base = gen(tokens=10)
+    third = base.tokens[2]
+    o = gen(tokens=10, stop_token_ids=frozenset({third.id}), include_stop=True)
+    assert (o.finish_reason, o.stop_reason) == ("stop", third.id)
+    assert o.content == "".join(t.text for t in base.tokens[:3])
+
+
+def test_prompt_logprobs_shape_is_vllms() -> None:
+    """v1/engine/logprobs.py _make_logprob_dict: the prompt token first with its own rank, then
+    ranks 1..k with the token not repeated; nothing for the first prompt token."""
+    ids = [tokens.BOS_ID, *tokens.encode("tell me about the sea")]
+    steps = tokens.prompt_logprobs(ids, 3)
+    assert steps[0] is None and len(steps) == len(ids)
+    for cur, step in zip(ids[1:], steps[1:], strict=True):
+        assert step is not None and step[0][0] == cur
+        rank = step[0][2]
+        assert [r for _, _, r in step[1:]] == [r for r in range(1, 4) if r != rank]
+        assert len({i for i, _, _ in step}) == len(step)
+        by_rank = sorted(step, key=lambda e: e[2])
+        assert [lp for _, lp, _ in by_rank] == sorted((lp for _, lp, _ in step), reverse=True)
+    assert tokens.prompt_logprobs(ids[:3], 3) == steps[:3]  # a prefix's logprobs do not change
