@@ -97,7 +97,10 @@ class Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)
         self.buffered += len(body)
-        if self.buffered > HIGH_WATER and self.transport is not None and not self.paused:
+        # With a sink attached the bytes go on at the end of this read and the sink pauses
+        # reading itself while its client is full; a pause here would never be lifted.
+        if (self.buffered > HIGH_WATER and self.sink is None and self.transport is not None
+                and not self.paused):
             self.paused = True
             self.transport.pause_reading()
         self._wake()
@@ -251,8 +254,10 @@ class Http1Client:
         self._tls: ssl.SSLContext | None = None
 
     def target(self, url: str) -> tuple[Origin, bytes, bytes]:
-        """(origin, path, Host header line) of a URL, parsed once per URL; a URL no request
-        can go to is a permanent error, tried once (issue 12), as `upstream.map_errors` says."""
+        """(origin, path, header lines) of a URL, parsed once per URL; a URL no request can
+        go to is a permanent error, tried once (issue 12), as `upstream.map_errors` says.
+        The lines are Host and `accept-encoding: identity`: without it any coding is
+        acceptable (RFC 9110 12.5.3), and the decoders read the worker's bytes as they are."""
         known = self._targets.get(url)
         if known is None:
             try:
@@ -266,7 +271,7 @@ class Http1Client:
             port = port or (443 if tls else 80)
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
             known = ((parts.hostname or "", port, tls), path.encode(),
-                     f"host: {parts.netloc}\r\n".encode())
+                     f"host: {parts.netloc}\r\naccept-encoding: identity\r\n".encode())
             if len(self._targets) < 4096:
                 self._targets[url] = known
         return known

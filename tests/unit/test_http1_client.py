@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from adapters import base
-from gateway import http1
+from gateway import http1, pump
 from schemas import errors
 
 pytestmark = pytest.mark.anyio
@@ -98,6 +98,7 @@ async def test_keep_alive_reuses_one_connection_and_frames_the_request() -> None
     assert srv.connections == 1
     port = url.rsplit(":", 1)[1]
     assert seen[0] == (b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:" + port.encode()
+                       + b"\r\naccept-encoding: identity"  # no compressed answers, RFC 9110 12.5.3
                        + b"\r\ncontent-type: application/json\r\nx-request-id: r1\r\n"
                          b"content-length: 7\r\n\r\n{\"a\":1}")
 
@@ -222,5 +223,46 @@ async def test_reading_pauses_while_the_reader_lags() -> None:
         conn = resp._conn
         assert conn.paused and conn.buffered < 4 * http1.HIGH_WATER
         assert await resp.read() == body
+        await resp.aclose()
+        await client.aclose()
+
+
+async def test_a_burst_over_the_high_water_mark_keeps_flowing_through_a_pump() -> None:
+    """A worker that writes a whole long answer at once (a fast worker, or a loop that fell
+    behind): one read over HIGH_WATER while a pump is attached must not leave reading paused
+    (the stream would stall until the idle timeout and end in an error)."""
+    line = b"x" * 99 + b"\n"
+    body = line * 2000  # 200 KB, written in one go after a first small piece
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                b"%x\r\n%s\r\n" % (len(line), line))
+        await w.drain()
+        await asyncio.sleep(0.1)  # the pump is attached by now
+        w.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        await w.drain()
+        await asyncio.sleep(2)
+
+    class Lines:
+        def __init__(self) -> None:
+            self.count = 0
+
+        def feed(self, data: bytes) -> list[object]:
+            self.count += data.count(b"\n")
+            return [object()]
+
+        def close(self) -> list[object]:
+            return []
+
+    async with Server(handler) as url:
+        client = http1.Http1Client(2.0)
+        resp = await client.send(post(url))
+        assert await resp.read_chunk() == line
+        lines = Lines()
+        p = pump.Pump(resp, lines, lambda batch: True, None, idle=1.0)  # type: ignore[arg-type]
+        async with asyncio.timeout(5):
+            await p.run(asyncio.sleep)  # type: ignore[arg-type]
+        assert lines.count == 2000 and not resp._conn.paused
         await resp.aclose()
         await client.aclose()
