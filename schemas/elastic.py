@@ -11,12 +11,31 @@ its messages), `x-pack/.../core/inference/action/InferenceAction.java` (the comp
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-# Elasticsearch reads max_completion_tokens as a Java long.
-Long = Annotated[int, Field(ge=1, le=2**63 - 1)]
+# java.math.BigDecimal's number syntax (no blanks, no `_`, no NaN / Infinity).
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _java_long(value: Any) -> Any:
+    """XContentParser.longValue() with its default coercion (declareLong): a fraction is cut
+    toward zero, whether a JSON number (Jackson's getLongValue casts the double) or a string
+    (AbstractXContentParser.toLong: BigDecimal.toBigInteger); the range is a long's."""
+    if isinstance(value, str):
+        if not _DECIMAL.fullmatch(value):
+            raise ValueError("not a number")
+        return int(Decimal(value))
+    if isinstance(value, float) and abs(value) < 2.0**63:
+        return int(value)
+    return value
+
+
+# Elasticsearch reads max_completion_tokens as a Java long: any value, the worker decides.
+Long = Annotated[int, BeforeValidator(_java_long), Field(ge=-(2**63), le=2**63 - 1)]
 
 
 class _Strict(BaseModel):
@@ -45,10 +64,10 @@ class ToolCall(_Strict):
 
 
 class Message(_Strict):
-    # Seed 004: content is "string or array of objects", required but for an assistant turn
-    # with tool_calls (an explicit null is read as absent).
+    # Message.PARSER: `content` (string or array of objects) is an optionalConstructorArg, and
+    # `role` any string (declareString): the provider decides what it takes.
     content: str | list[ContentObject] | None = None
-    role: Literal["system", "user", "assistant", "tool", "developer"]
+    role: str
     tool_call_id: str | None = None
     tool_calls: list[ToolCall] | None = None
 
@@ -61,6 +80,9 @@ class FunctionSpec(_Strict):  # parser "tool_function_field"
 
 
 class Tool(_Strict):
+    # Tool.PARSER takes any `type` string (so do ToolCall's and ToolChoiceObject's); canonical
+    # tools have no type and every worker protocol is sent "function", so another type would
+    # be silently turned into a function: refused here instead.
     type: Literal["function"]
     function: FunctionSpec
 
@@ -81,11 +103,13 @@ class UnifiedRequest(_Strict):
     model: str | None = None
     max_completion_tokens: Long | None = None
     stop: list[str] | None = None  # declareStringArray (one string: a list of one)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    # Seed 004: "One of `auto`, `none`, or `required`" or the object form.
+    temperature: float | None = None  # declareFloat: no range, the worker decides
+    # Seed 004: "One of `auto`, `none`, or `required`" or the object form. Elasticsearch takes
+    # any string (ToolChoiceString) and passes it on; canonical `tool_choice` reads a string
+    # other than these three as a function name, so others stay refused here.
     tool_choice: Literal["auto", "none", "required"] | ToolChoiceObject | None = None
     tools: list[Tool] | None = None
-    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_p: float | None = None  # declareFloat
 
 
 # ---- the completion task request (InferenceAction.Request.PARSER) ----
@@ -206,12 +230,12 @@ class StreamingCompletionResults(_Strict):
 class UnifiedErrorBody(_Strict):
     code: str | None = None
     message: str
-    param: str | None = None
     type: str
 
 
 class UnifiedError(_Strict):
-    """UnifiedChatCompletionException.toXContentChunked."""
+    """UnifiedChatCompletionException.toXContentChunked; no `param`: fromThrowable leaves it
+    null, and a null param is not written."""
 
     error: UnifiedErrorBody
 

@@ -2,8 +2,10 @@
 
 Chat (seed 004): POST _inference/{id}/_unified, _inference/chat_completion/{id}/_unified and
 the same with _stream. The answer always streams, whatever the path says. The completion task:
-POST _inference/completion/{id} (JSON) and .../_stream. `{id}` is the inference endpoint: a
-gateway model name or alias. Requests are checked as Elasticsearch's parsers check them (unknown
+POST _inference/completion/{id} (JSON) and .../_stream. POST _inference/{id}: the completion
+task for a body with `input`, else a whole chat completion. `{id}` is the inference endpoint: a
+gateway model name or alias; on a path without a task type it is looked up before the body is
+read, as Elasticsearch does. Requests are checked as Elasticsearch's parsers check them (unknown
 fields refused, its messages and exception types); errors take its forms (elastic_encode).
 
 The body's `model` is accepted and not used: the path's `{id}` already picks the gateway model,
@@ -82,14 +84,18 @@ class ElasticChatFrontend:
     """The unified chat completion API. `framing` frames the errors that come before a request
     names its model (parse notes the request's own on a refusal: enc.EsNote). `stream` False:
     POST _inference/chat_completion/{id} without `_stream`, a whole JSON answer
-    (Elasticsearch 9.6, PR #158022)."""
+    (Elasticsearch 9.6, PR #158022). `lookup_first`: a path without a task type (TaskType.ANY),
+    whose endpoint Elasticsearch looks up before it reads the body."""
 
-    def __init__(self, framing: enc.Framing = "documented", stream: bool = True):
+    def __init__(self, framing: enc.Framing = "documented", stream: bool = True,
+                 lookup_first: bool = False):
         self.framing: Final[enc.Framing] = framing
         self.stream: Final = stream
+        self.lookup_first: Final = lookup_first
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> ChatTranslator:
-        return ChatTranslator(*_parsed(_chat_request, body, ctx, self.stream), self.stream)
+        return ChatTranslator(*_parsed(_chat_request, body, ctx, self.stream, self.lookup_first),
+                              self.stream)
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
         if not self.stream:
@@ -103,6 +109,43 @@ class ElasticChatWholeFrontend(ElasticChatFrontend):
 
     def __init__(self) -> None:
         super().__init__(stream=False)
+
+
+class ElasticAnyTaskChatFrontend(ElasticChatFrontend):
+    """POST _inference/{id}/_stream and _unified: no task type in the path."""
+
+    def __init__(self) -> None:
+        super().__init__(lookup_first=True)
+
+
+class ElasticInferenceFrontend:
+    """POST _inference/{id} (RestInferenceAction's INFERENCE_ID_PATH; elasticsearch-py's
+    `inference.inference`): the endpoint is looked up first and its stored task type decides
+    (TransportInferenceActionProxy.doExecute, TaskType.ANY). A gateway model serves both text
+    tasks, so a body with `input` is the completion task, answered as on
+    _inference/completion/{id}; any other body is what a chat_completion endpoint gets there,
+    a unified request (sendUnifiedCompletionRequest) answered whole, as on
+    _inference/chat_completion/{id} (Elasticsearch 9.6, PR #158022)."""
+
+    def parse(self, body: bytes, ctx: base.RequestContext) -> base.Translator:
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            data = None
+        if isinstance(data, dict) and "input" in data:
+            # The completion task answers every error in ES's generic form.
+            return CompletionTranslator(
+                *_parsed(_completion_request, body, ctx, False, True, generic=True), False)
+        return ChatTranslator(*_parsed(_chat_request, body, ctx, False, True), False)
+
+    def render_error(self, exc: errors.GatewayError) -> base.Rendered:
+        """The chat task's refusals (parse notes the framing, not `generic`) in the unified
+        form; the rest, before any task was picked too, in ES's generic one (RestInferenceAction
+        .sendFailure: not an XContentFormattedException)."""
+        note = base.note_of(exc, enc.EsNote)
+        if note is not None and note.framing is not None and not note.generic:
+            return enc.render_unified_json_error(exc)
+        return enc.render_json_error(exc)
 
 
 class ElasticCompletionFrontend:
@@ -134,16 +177,32 @@ RequestBuilder = Callable[[bytes, base.RequestContext, str | None, bool],
                          canonical.InferenceRequest]
 
 
-def _parsed(build: RequestBuilder, body: bytes, ctx: base.RequestContext, stream: bool
+def _parsed(build: RequestBuilder, body: bytes, ctx: base.RequestContext, stream: bool,
+            lookup_first: bool = False, generic: bool = False
             ) -> tuple[canonical.InferenceRequest, enc.ElasticState]:
     """The request `build` makes of the body, and its Elastic state; a refusal carries the
-    framing its error is rendered in (the path's, or the server's)."""
+    framing its error is rendered in (the path's, or the server's), and `generic` where the
+    route answers every error in ES's generic form."""
     name, framing = _inference_id(ctx)
     try:
+        if lookup_first:
+            _lookup(body, ctx, name)
         req = build(body, ctx, name, stream)
     except errors.GatewayError as exc:
-        raise exc from enc.framed(exc, framing)
+        raise exc from enc.framed(exc, framing, generic)
     return req, enc.ElasticState(framing, _response_type(ctx))
+
+
+def _lookup(body: bytes, ctx: base.RequestContext, name: str | None) -> None:
+    """A path without a task type: after RestController's checks (BaseInferenceAction reads
+    the body with requiredContent()), TransportInferenceActionProxy.doExecute asks the
+    ModelRegistry for the endpoint before it parses the body, so an unknown id is a 404
+    whatever the body, and it reaches the listener outside the unified-error wrapper."""
+    check.rest(body, ctx.headers)
+    try:
+        _endpoint(ctx, name)
+    except errors.ModelNotFound as exc:
+        raise exc from enc.EsNote(generic=True)
 
 
 def _chat_request(body: bytes, ctx: base.RequestContext, name: str | None,
@@ -153,7 +212,7 @@ def _chat_request(body: bytes, ctx: base.RequestContext, name: str | None,
         check.validation_failed("Field [messages] cannot be an empty array")
     req = canonical.InferenceRequest(
         model=_endpoint(ctx, name),
-        messages=[_message(m, i) for i, m in enumerate(raw.messages)],
+        messages=[_message(m) for m in raw.messages],
         sampling=canonical.Sampling(max_tokens=raw.max_completion_tokens,
                                     temperature=raw.temperature, top_p=raw.top_p,
                                     stop=list(raw.stop or [])),
@@ -208,12 +267,9 @@ def _endpoint(ctx: base.RequestContext, name: str | None) -> str:
     return name
 
 
-def _message(m: wire.Message, i: int) -> canonical.Message:
-    """One turn; content parts keep their `type` and `text` as given."""
-    if m.content is None and not (m.role == "assistant" and m.tool_calls):
-        raise errors.InvalidRequest(f"[{CHAT_PARSER}] failed to parse field [messages]",
-                                    field=f"messages[{i}].content") \
-            from enc.EsNote("x_content_parse_exception")
+def _message(m: wire.Message) -> canonical.Message:
+    """One turn; content parts keep their `type` and `text` as given; no content is None (the
+    worker decides whether the turn needs one)."""
     content: str | list[canonical.ContentPart] | None
     if isinstance(m.content, list):
         content = [{"type": p.type, "text": p.text} for p in m.content]
@@ -267,8 +323,9 @@ def _response_type(ctx: base.RequestContext) -> str:
 
 # Elasticsearch's inference API (x-pack inference rest/Paths.java); `{id}` is a model name.
 ROUTES = (
-    base.InferenceRoute("/_inference/{id}/_unified", ElasticChatFrontend),
-    base.InferenceRoute("/_inference/{id}/_stream", ElasticChatFrontend),
+    base.InferenceRoute("/_inference/{id}", ElasticInferenceFrontend),
+    base.InferenceRoute("/_inference/{id}/_unified", ElasticAnyTaskChatFrontend),
+    base.InferenceRoute("/_inference/{id}/_stream", ElasticAnyTaskChatFrontend),
     base.InferenceRoute("/_inference/chat_completion/{id}/_unified", ElasticChatFrontend),
     base.InferenceRoute("/_inference/chat_completion/{id}/_stream", ElasticChatFrontend),
     # Elasticsearch 9.6 (PR #158022): without `_stream`, a non-streaming chat completion.

@@ -257,22 +257,26 @@ class EsNote(base.Note):
     """A refusal's Elasticsearch side, chained as its cause (`raise exc from EsNote(...)`):
     the exception Elasticsearch raises there (`es_type`, None: the error class's own), whether
     it raises it in its REST layer (before the SSE listener exists: a JSON body, never SSE),
-    and the framing of the route's gateway, noted by parse for render_error."""
+    whether it reaches the listener outside the chat routes' unified-error wrapper (`generic`:
+    ES's generic error form on every route), and the framing of the route's gateway, noted by
+    parse for render_error."""
 
     def __init__(self, es_type: str | None = None, rest: bool = False,
-                 framing: Framing | None = None):
+                 framing: Framing | None = None, generic: bool = False):
         super().__init__(es_type)
         self.es_type = es_type
         self.rest = rest
         self.framing: Framing | None = framing
+        self.generic = generic
 
-    def framed(self, framing: Framing) -> EsNote:
-        return EsNote(self.es_type, self.rest, framing)
+    def framed(self, framing: Framing, generic: bool = False) -> EsNote:
+        return EsNote(self.es_type, self.rest, framing, self.generic or generic)
 
 
-def framed(exc: errors.GatewayError, framing: Framing) -> EsNote:
-    """The note of an error raised while parsing, with the request's framing added."""
-    return (base.note_of(exc, EsNote) or EsNote()).framed(framing)
+def framed(exc: errors.GatewayError, framing: Framing, generic: bool = False) -> EsNote:
+    """The note of an error raised while parsing, with the request's framing added (and
+    `generic` where the whole route answers in ES's generic form)."""
+    return (base.note_of(exc, EsNote) or EsNote()).framed(framing, generic)
 
 
 def refusal_framing(exc: errors.GatewayError, default: Framing) -> Framing:
@@ -300,6 +304,12 @@ def rest_layer(exc: errors.GatewayError) -> bool:
                       | errors.NoRoute) or exc.status == 408
 
 
+def generic(exc: errors.GatewayError) -> bool:
+    """Whether Elasticsearch answers the error in its generic form on a chat route too."""
+    note = base.note_of(exc, EsNote)
+    return note is not None and note.generic
+
+
 def status_name(status: int) -> str:
     if status in _STATUS_NAMES:
         return _STATUS_NAMES[status]
@@ -310,15 +320,12 @@ def status_name(status: int) -> str:
 
 
 def unified_error(exc: errors.GatewayError, mid_stream: bool = False) -> dict[str, Any]:
-    """UnifiedChatCompletionException: code, message, param, type (code/param only when set).
-    `code` is the lower-cased status name (fromThrowable); a failure after the stream began is
-    `stream_error`, as the OpenAI service's mid-stream errors are (buildMidStreamError)."""
-    body: dict[str, Any] = {"code": "stream_error" if mid_stream else status_name(exc.status),
-                            "message": exc.message}
-    if exc.field:
-        body["param"] = exc.field
-    body["type"] = es_type(exc)
-    return {"error": body}
+    """UnifiedChatCompletionException: code, message, type. `code` is the lower-cased status
+    name and `param` null, so toXContentChunked leaves it out (fromThrowable); a failure after
+    the stream began is `stream_error`, as the OpenAI service's mid-stream errors are
+    (buildMidStreamError)."""
+    code = "stream_error" if mid_stream else status_name(exc.status)
+    return {"error": {"code": code, "message": exc.message, "type": es_type(exc)}}
 
 
 def es_error(exc: errors.GatewayError) -> dict[str, Any]:
@@ -348,8 +355,8 @@ def render_json_error(exc: errors.GatewayError) -> base.Rendered:
 def render_unified_json_error(exc: errors.GatewayError) -> base.Rendered:
     """An error of the non-streaming chat route: the unified error object
     (UnifiedChatCompletionException) as a JSON body with the error's status; errors of the
-    REST layer keep their own JSON form."""
-    if rest_layer(exc):
+    REST layer and those outside the unified wrapper keep ES's generic JSON form."""
+    if rest_layer(exc) or generic(exc):
         return render_json_error(exc)
     return base.Rendered(exc.status, orjson.dumps(unified_error(exc)), JSON_MEDIA_TYPE,
                          _headers(exc))
@@ -358,9 +365,10 @@ def render_unified_json_error(exc: errors.GatewayError) -> base.Rendered:
 def render_stream_error(exc: errors.GatewayError, framing: Framing,
                         unified: bool) -> base.Rendered:
     """An error of a streaming route: ServerSentEventsRestActionListener.onFailure sends it as
-    `event: error` with the error's own HTTP status; errors of the REST layer are JSON."""
+    `event: error` with the error's own HTTP status; errors of the REST layer are JSON. On a
+    chat route (`unified`) an error outside the unified wrapper is ES's generic error."""
     if rest_layer(exc):
         return render_json_error(exc)
-    payload = unified_error(exc) if unified else es_error(exc)
+    payload = unified_error(exc) if unified and not generic(exc) else es_error(exc)
     return base.Rendered(exc.status, event(b"error", orjson.dumps(payload), framing),
                          SSE_MEDIA_TYPE, _headers(exc))

@@ -8,9 +8,12 @@ for an array field) and pydantic for what lies inside a field. Each refusal is r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
 from typing import Any, NoReturn
 
+import orjson
 from pydantic import ValidationError
 
 from adapters import validation
@@ -47,10 +50,8 @@ _FIELDS: dict[str, dict[str, tuple[tuple[str, ...], bool]]] = {
 }
 
 
-def load(model: type[validation.M], body: bytes, headers: Mapping[str, str],
-         parser: str) -> validation.M:
-    """The body, checked first as RestController checks it (Content-Type, a body at all), then
-    as the action's object parser does (JSON, fields, their types)."""
+def rest(body: bytes, headers: Mapping[str, str]) -> None:
+    """RestController's checks, before any action runs: a supported Content-Type, a body."""
     ctype = headers.get("content-type", "").strip()
     if ctype and ctype.split(";", 1)[0].strip().lower() not in JSON_TYPES:
         raise errors.InvalidRequest(f"Content-Type header [{ctype}] is not supported",
@@ -58,35 +59,105 @@ def load(model: type[validation.M], body: bytes, headers: Mapping[str, str],
     if not body.strip():  # RestRequest.requiredContent()
         raise errors.InvalidRequest("request body is required") \
             from EsNote("parse_exception", rest=True)
+
+
+def load(model: type[validation.M], body: bytes, headers: Mapping[str, str],
+         parser: str) -> validation.M:
+    """The body, checked first as RestController checks it (Content-Type, a body at all), then
+    as the action's object parser does (JSON, fields, their types)."""
+    rest(body, headers)
     try:
         data = validation.load_object(body)
     except errors.InvalidRequest as exc:
         raise exc from EsNote("x_content_parse_exception")
-    _check_fields(data, parser)
+    _check_fields(data, body, parser)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        _parse_error(exc, parser)
+        _parse_error(exc, body, parser)
 
 
-def _check_fields(data: dict[str, Any], parser: str) -> None:
-    """ObjectParser's own checks, in document order: an unknown field, a value of a JSON type
-    the field does not take; an array field given one item gets it as a list of one."""
+def _check_fields(data: dict[str, Any], body: bytes, parser: str) -> None:
+    """ObjectParser's own checks, in document order: an unknown field (located at its name), a
+    value of a JSON type the field does not take (at the value); an array field given one item
+    gets it as a list of one."""
     fields = _FIELDS[parser]
     for key, value in data.items():
         if key not in fields:
-            raise errors.InvalidRequest(f"[{parser}] unknown field [{key}]", field=key) \
-                from EsNote("x_content_parse_exception")
+            raise errors.InvalidRequest(
+                f"{_at(body, key, 0)}[{parser}] unknown field [{key}]{_suggest(key, fields)}",
+                field=key) from EsNote("x_content_parse_exception")
         tokens, array = fields[key]
         token = _token(value)
         if value is None:
             continue
         if token not in tokens:
             raise errors.InvalidRequest(
-                f"[{parser}] {key} doesn't support values of type: {token}", field=key) \
-                from EsNote("x_content_parse_exception")
+                f"{_at(body, key, 1)}[{parser}] {key} doesn't support values of type: {token}",
+                field=key) from EsNote("x_content_parse_exception")
         if array and token != "START_ARRAY":
             data[key] = [value]
+
+
+def _suggest(name: str, known: Iterable[str]) -> str:
+    """SuggestingErrorOnUnknown.suggest: the parser's fields whose Lucene LevenshteinDistance
+    (1 - edits / the longer length) is above 0.5, closest first, then by name."""
+    scored = sorted((Fraction(d, n), k) for k in known
+                    if 2 * (d := _edits(name, k)) < (n := max(len(name), len(k))))
+    keys = [k for _, k in scored]
+    if not keys:
+        return ""
+    return f" did you mean [{keys[0]}]?" if len(keys) == 1 else \
+        f" did you mean any of [{', '.join(keys)}]?"
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance: insertions, deletions and substitutions, each 1."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+# A JSON token: a string, a structural character, or the bytes of a number / true / false / null.
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s{}\[\]:,"]+')
+
+
+def _at(body: bytes, key: str, part: int) -> str:
+    """XContentParseException's `[line:column] ` prefix for a top-level field of a valid JSON
+    object body: the location Jackson gives the field's name token (`part` 0, its opening
+    quote) or the first token of its value (1). UTF8StreamJsonParser counts both from 1, the
+    column in bytes from the line's start (`_updateNameLocation` / `_updateLocation`: the input
+    pointer after the token's first byte, less `_currInputRowStart`); a line ends at \\n, \\r
+    or \\r\\n, which valid JSON has only between tokens."""
+    offset = _members(body)[key][part]
+    head = body[:offset]
+    line = 1 + head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n")
+    column = offset - max(head.rfind(b"\n"), head.rfind(b"\r"))
+    return f"[{line}:{column}] "
+
+
+def _members(body: bytes) -> dict[str, tuple[int, int]]:
+    """Each top-level field's byte offsets: its name's opening quote, its value's first byte."""
+    out: dict[str, tuple[int, int]] = {}
+    depth, expect_name, name = 0, False, None
+    for m in _JSON_TOKEN.finditer(body):
+        tok = m.group()
+        if name is not None and tok != b":":
+            out.setdefault(name[0], (name[1], m.start()))
+            name = None
+        if tok in (b"{", b"["):
+            depth += 1
+            expect_name = depth == 1
+        elif tok in (b"}", b"]"):
+            depth -= 1
+        elif depth == 1 and tok == b",":
+            expect_name = True
+        elif expect_name:
+            name, expect_name = (orjson.loads(tok), m.start()), False
+    return out
 
 
 def _token(value: Any) -> str:
@@ -102,11 +173,13 @@ def _token(value: Any) -> str:
     return "START_OBJECT" if isinstance(value, dict) else "VALUE_NULL"
 
 
-def _parse_error(exc: ValidationError, parser: str) -> NoReturn:
+def _parse_error(exc: ValidationError, body: bytes, parser: str) -> NoReturn:
     """ObjectParser's `[parser] failed to parse field [f]` for anything wrong inside a field
     (an unknown nested field too: the nested parser's own message is only its cause), and
-    ConstructingObjectParser's `Required [f]`. Jackson's `[line:col] ` location prefix is not
-    reproduced; `param` names the exact place instead."""
+    ConstructingObjectParser's `Required [f]` (an IllegalArgumentException: no location).
+    Jackson's `[line:col] ` prefix is the parser's token when the field's parser failed: the
+    value itself for a top-level scalar; inside an array or object it is wherever the nested
+    parser stopped, which is not reproduced (no prefix there)."""
     first = exc.errors()[0]
     loc = [p for p in first.get("loc", ()) if isinstance(p, int) or _is_field(p)]
     top = str(loc[0]) if loc else ""
@@ -114,7 +187,9 @@ def _parse_error(exc: ValidationError, parser: str) -> NoReturn:
     if len(loc) == 1 and first["type"] == "missing":
         raise errors.InvalidRequest(f"Required [{top}]", field=param) \
             from EsNote("illegal_argument_exception")
-    raise errors.InvalidRequest(f"[{parser}] failed to parse field [{top}]", field=param) \
+    scalar = len(loc) == 1 and not isinstance(first.get("input"), dict | list)
+    at = _at(body, top, 1) if scalar else ""
+    raise errors.InvalidRequest(f"{at}[{parser}] failed to parse field [{top}]", field=param) \
         from EsNote("x_content_parse_exception")
 
 
@@ -133,6 +208,9 @@ def _dotted(loc: list[Any]) -> str:
 
 
 def validation_failed(message: str) -> NoReturn:
-    """ActionRequestValidationException's message form."""
+    """ActionRequestValidationException's message form. TransportAction.execute runs
+    `validate()` and hands its failure to the caller's listener, outside the chat routes'
+    unified-error wrapper (TransportInferenceActionProxy.sendUnifiedCompletionRequest wraps
+    only what parsing throws): ES's generic error form on every route."""
     raise errors.InvalidRequest(f"Validation Failed: 1: {message};") \
-        from EsNote("action_request_validation_exception")
+        from EsNote("action_request_validation_exception", generic=True)

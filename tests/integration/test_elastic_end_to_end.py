@@ -14,6 +14,7 @@ what the worker was sent.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -160,11 +161,43 @@ def test_client_raises_elasticsearchs_errors(es: Elasticsearch) -> None:
                            body={"messages": ASK, "max_tokens": 5})
     event = unknown.value.body.split("\n")
     assert event[0] == "event: error"
-    assert wire.UnifiedError.model_validate_json(event[1].removeprefix("data: ")).error.message \
-        == "[UnifiedCompletionRequest] unknown field [max_tokens]"
+    message = wire.UnifiedError.model_validate_json(event[1].removeprefix("data: ")).error.message
+    assert re.fullmatch(r"\[1:\d+\] \[UnifiedCompletionRequest\] unknown field \[max_tokens\]",
+                        message), message
     with pytest.raises(NotFoundError) as gone:
         es.inference.completion(inference_id="nope", input="x")
     assert gone.value.message == "resource_not_found_exception"  # the client's reading of it
+
+
+def test_paths_without_a_task_type(es: Elasticsearch, urls: dict[str, str]) -> None:
+    """elasticsearch-py `inference.inference(inference_id=..., input=...)` POSTs
+    /_inference/{id} (RestInferenceAction INFERENCE_ID_PATH): `input` is the completion task;
+    a chat body is answered whole, as TransportInferenceActionProxy answers a chat_completion
+    endpoint there. On every path without a task type an unknown id is ES's generic 404
+    before the body is read (doExecute, TaskType.ANY: ModelRegistry first)."""
+    resp = es.inference.inference(inference_id="demo", input="Hi [[sim tokens=3]]")
+    assert resp.meta.headers["x-elastic-product"] == "Elasticsearch"
+    assert resp.body["completion"][0]["result"]
+    assert last_upstream(urls)["body"]["messages"] == [
+        {"role": "user", "content": "Hi [[sim tokens=3]]"}]
+    whole = es.perform_request("POST", "/_inference/my-chat",
+                               headers={"accept": "application/json",
+                                        "content-type": "application/json"},
+                               body={"messages": ASK})
+    assert wire.ChatCompletion.model_validate(whole.body).choices[0].message.content
+    with pytest.raises(NotFoundError) as gone:
+        es.inference.inference(inference_id="nope", input="x")
+    assert gone.value.body["error"]["reason"] == "Inference endpoint not found [nope]"
+    with pytest.raises(NotFoundError) as missing:
+        es.perform_request("POST", "/_inference/nope/_stream", headers=SSE,
+                           body={"messages": [], "max_tokens": 5})
+    event = missing.value.body.split("\n")
+    assert event[0] == "event: error"
+    assert wire.EsError.model_validate_json(event[1].removeprefix("data: ")).status == 404
+    with pytest.raises(BadRequestError) as empty:
+        es.perform_request("POST", "/_inference/demo/_stream", headers=SSE, body={"messages": []})
+    generic = wire.EsError.model_validate_json(empty.value.body.split("\n")[1][6:])
+    assert generic.error.type == "action_request_validation_exception"
 
 
 def test_worker_failures_before_and_after_the_first_chunk(es: Elasticsearch) -> None:

@@ -94,31 +94,42 @@ def test_one_bare_item_is_a_list_of_one() -> None:
     assert req.messages is not None and len(req.messages) == 1 and req.sampling.stop == ["x"]
 
 
+# MSGS serialized: `{"messages":[{"role":"user","content":"What is Elastic?"}],` is 59 bytes.
 @pytest.mark.parametrize(("body", "message", "es_type", "param"), [
-    ({"messages": MSGS, "max_tokens": 5}, "[UnifiedCompletionRequest] unknown field [max_tokens]",
+    ({"messages": MSGS, "max_tokens": 5},
+     "[1:60] [UnifiedCompletionRequest] unknown field [max_tokens]",
      "x_content_parse_exception", "max_tokens"),
-    ({"messages": MSGS, "stream": True}, "[UnifiedCompletionRequest] unknown field [stream]",
+    ({"messages": MSGS, "stream": True}, "[1:60] [UnifiedCompletionRequest] unknown field [stream]",
      "x_content_parse_exception", "stream"),
-    ({"messages": MSGS, "n": 1}, "[UnifiedCompletionRequest] unknown field [n]",
+    ({"messages": MSGS, "n": 1}, "[1:60] [UnifiedCompletionRequest] unknown field [n]",
      "x_content_parse_exception", "n"),
+    ({"messages": MSGS, "top_k": 1},
+     "[1:60] [UnifiedCompletionRequest] unknown field [top_k] did you mean [top_p]?",
+     "x_content_parse_exception", "top_k"),
     ({"messages": MSGS, "model": 5},
-     "[UnifiedCompletionRequest] model doesn't support values of type: VALUE_NUMBER",
+     "[1:68] [UnifiedCompletionRequest] model doesn't support values of type: VALUE_NUMBER",
      "x_content_parse_exception", "model"),
     ({"messages": MSGS, "temperature": "hot"},
-     "[UnifiedCompletionRequest] failed to parse field [temperature]",
+     "[1:74] [UnifiedCompletionRequest] failed to parse field [temperature]",
      "x_content_parse_exception", "temperature"),
+    ({"messages": MSGS, "max_completion_tokens": "2.x"},
+     "[1:84] [UnifiedCompletionRequest] failed to parse field [max_completion_tokens]",
+     "x_content_parse_exception", "max_completion_tokens"),
+    ({"messages": MSGS, "max_completion_tokens": 2**63},
+     "[1:84] [UnifiedCompletionRequest] failed to parse field [max_completion_tokens]",
+     "x_content_parse_exception", "max_completion_tokens"),
     ({"messages": [{"role": "user", "content": "x", "name": "n"}]},
      "[UnifiedCompletionRequest] failed to parse field [messages]",
      "x_content_parse_exception", "messages[0].name"),
-    ({"messages": [{"role": "wizard", "content": "x"}]},
-     "[UnifiedCompletionRequest] failed to parse field [messages]",
-     "x_content_parse_exception", "messages[0].role"),
-    ({"messages": [{"role": "user"}]},
-     "[UnifiedCompletionRequest] failed to parse field [messages]",
-     "x_content_parse_exception", "messages[0].content"),
     ({"messages": MSGS, "tool_choice": "requrired"},  # seed 004's own typo
+     "[1:74] [UnifiedCompletionRequest] failed to parse field [tool_choice]",
+     "x_content_parse_exception", "tool_choice"),
+    ({"messages": MSGS, "tool_choice": {"type": "function"}},
      "[UnifiedCompletionRequest] failed to parse field [tool_choice]",
      "x_content_parse_exception", "tool_choice"),
+    ({"messages": MSGS, "tools": [{"type": "code_interpreter", "function": {"name": "f"}}]},
+     "[UnifiedCompletionRequest] failed to parse field [tools]",
+     "x_content_parse_exception", "tools[0].type"),
     ({"messages": []}, "Validation Failed: 1: Field [messages] cannot be an empty array;",
      "action_request_validation_exception", None),
     ({}, "Required [messages]", "illegal_argument_exception", "messages"),
@@ -129,6 +140,133 @@ def test_refusals_as_elasticsearch_words_them(body: dict[str, Any], message: str
     assert (exc.status, exc.message, enc.es_type(exc), exc.field) == (400, message, es_type,
                                                                        param)
     assert not enc.rest_layer(exc)
+
+
+def test_values_elasticsearch_takes_reach_the_worker() -> None:
+    """UnifiedCompletionRequest.PARSER: declareLong / declareFloat have no range, and
+    XContentParser.longValue() coerces (AbstractXContentParser: Jackson's getLongValue cuts a
+    JSON fraction, toLong a string's via BigDecimal.toBigInteger); Message.PARSER takes any
+    `role` string (declareString) and `content` is an optionalConstructorArg. The worker
+    decides, and its refusal comes back as the provider error."""
+    req = chat({"messages": [{"role": "critic"}, MSGS[0]], "max_completion_tokens": 2.7,
+                "temperature": 5, "top_p": "3"})
+    s = req.sampling
+    assert (s.max_tokens, s.temperature, s.top_p) == (2, 5.0, 3.0)
+    assert req.messages is not None and req.messages[0] == canonical.Message("critic", None)
+    for given, read in [("2.7", 2), (-2.7, -2), ("-3.9", -3), ("1e3", 1000), (0, 0),
+                        ("+7", 7), (2**63 - 1, 2**63 - 1)]:
+        assert chat({"messages": MSGS, "max_completion_tokens": given}).sampling.max_tokens \
+            == read, given
+    for bad in ["NaN", "Infinity", " 5", "1_000", "0x10", 1e19, str(-(2**63) - 1)]:
+        exc = refused({"messages": MSGS, "max_completion_tokens": bad})
+        assert "failed to parse field [max_completion_tokens]" in exc.message, bad
+
+
+def test_the_location_is_jacksons_line_and_byte_column() -> None:
+    """XContentParseException.getMessage: `[line:column] ` from XContentLocation, which
+    JsonXContentParser takes from Jackson's token location: UTF8StreamJsonParser counts lines
+    at \\n, \\r and \\r\\n and columns in bytes from 1 (`_updateNameLocation`: the input
+    pointer after the name's opening quote, less `_currInputRowStart`). ES's own test
+    (ScriptSortBuilderTests.testParseBadFieldNameExceptions) reads `[1:15]` for a name whose
+    quote is the 15th character."""
+    body = '{"messages":[{"role":"user","content":"Café"}], "top_k":1}'.encode()
+    assert refused(body).message.startswith("[1:50] ")  # é is two bytes: 49 in characters
+    body = b'{\r\n  "messages": [{"role": "user", "content": "x"}],\r"n": 1,\n\n "stop": 5}'
+    assert refused(body).message == \
+        "[3:1] [UnifiedCompletionRequest] unknown field [n]"
+    body = b'{"messages": [{"role": "user", "content": "x"}],\r\n\t"stop" :\n  5}'
+    assert refused(body).message == \
+        "[3:3] [UnifiedCompletionRequest] stop doesn't support values of type: VALUE_NUMBER"
+
+
+def test_an_empty_messages_array_is_a_generic_validation_error() -> None:
+    """UnifiedCompletionAction.Request.validate() runs in TransportAction.execute, whose failure
+    reaches the raw listener: TransportInferenceActionProxy.sendUnifiedCompletionRequest wraps
+    only what parsing throws in UnifiedChatCompletionException.fromThrowable. So ES's generic
+    form, on the stream (SSE) and on the whole route (RestInferenceAction.sendFailure: not an
+    XContentFormattedException)."""
+    exc = refused({"messages": []})
+    generic = {"error": {"root_cause": [{"type": "action_request_validation_exception",
+                                         "reason": exc.message}],
+                         "type": "action_request_validation_exception", "reason": exc.message},
+               "status": 400}
+    r = elastic.ElasticChatFrontend().render_error(exc)
+    assert (r.status, r.body) == (400, b"event: error\ndata: " + orjson.dumps(generic) + b"\n\n")
+    whole = elastic.ElasticChatWholeFrontend()
+    r = whole.render_error(refused({"messages": []}, whole))
+    assert (r.status, r.media_type, orjson.loads(r.body)) == (400, "application/json", generic)
+
+
+def test_unified_errors_carry_no_param() -> None:
+    """UnifiedChatCompletionException.fromThrowable passes a null `param`, which
+    toXContentChunked leaves out; the field stays on the exception for the gateway's log."""
+    exc = refused({"messages": MSGS, "max_tokens": 5})
+    assert exc.field == "max_tokens"
+    for fe in (elastic.ElasticChatFrontend(), elastic.ElasticChatWholeFrontend()):
+        body = fe.render_error(exc).body
+        assert b'"param"' not in body and b'"code":"bad_request"' in body
+
+
+def any_task(path: str, name: str) -> base.RequestContext:
+    def options(model: str | None) -> Mapping[str, Any]:
+        return {"name": "demo"} if model in (None, "demo") else {}
+    return base.RequestContext(path.format(name), {"id": name},
+                               {"content-type": "application/json"}, options)
+
+
+@pytest.mark.parametrize("body", [b"{nope", b'{"messages":[],"max_tokens":1}', b"[1]"])
+def test_without_a_task_type_the_endpoint_is_looked_up_first(body: bytes) -> None:
+    """TransportInferenceActionProxy.doExecute: for TaskType.ANY (no task type in the path)
+    ModelRegistry.getModelWithSecrets runs before the body is parsed, and its failure reaches
+    the listener outside the unified wrapper: a generic 404 whatever the body. With the task
+    type in the path the body is parsed first (sendUnifiedCompletionRequest)."""
+    fe = elastic.ElasticAnyTaskChatFrontend()
+    with pytest.raises(errors.ModelNotFound) as info:
+        fe.parse(body, any_task("/_inference/{}/_stream", "nope"))
+    r = fe.render_error(info.value)
+    assert (r.status, r.media_type) == (404, "text/event-stream")
+    assert orjson.loads(r.body.split(b"data: ")[1]) == {"error": {
+        "root_cause": [{"type": "resource_not_found_exception",
+                        "reason": "Inference endpoint not found [nope]"}],
+        "type": "resource_not_found_exception",
+        "reason": "Inference endpoint not found [nope]"}, "status": 404}
+    typed = elastic.ElasticChatFrontend()
+    with pytest.raises(errors.InvalidRequest):
+        typed.parse(body, any_task("/_inference/chat_completion/{}/_stream", "nope"))
+    assert fe.parse(orjson.dumps({"messages": MSGS}), any_task("/_inference/{}/_stream", "demo"))
+
+
+def test_without_a_task_type_rest_checks_still_come_first() -> None:
+    """RestController and BaseInferenceAction.prepareRequest (requiredContent) run before the
+    transport action looks anything up."""
+    fe = elastic.ElasticAnyTaskChatFrontend()
+    with pytest.raises(errors.InvalidRequest) as info:
+        fe.parse(b" ", any_task("/_inference/{}/_stream", "nope"))
+    assert info.value.message == "request body is required" and enc.rest_layer(info.value)
+
+
+def test_inference_route_picks_the_task_from_the_body() -> None:
+    """POST _inference/{id} (RestInferenceAction INFERENCE_ID_PATH, elasticsearch-py
+    `inference.inference`): `input` is the completion task; any other body is parsed as
+    TransportInferenceActionProxy parses it for a chat_completion endpoint (a unified request)
+    and answered whole (PR #158022); an unknown id is a generic 404 before the body is read."""
+    fe = elastic.ElasticInferenceFrontend()
+    ctx_ = any_task("/_inference/{}", "demo")
+    done = fe.parse(orjson.dumps({"input": "x"}), ctx_)
+    assert isinstance(done, elastic.CompletionTranslator) and not done.stream
+    chat_t = fe.parse(orjson.dumps({"messages": MSGS}), ctx_)
+    assert isinstance(chat_t, elastic.ChatTranslator) and not chat_t.request.stream
+    with pytest.raises(errors.InvalidRequest) as info:
+        fe.parse(orjson.dumps({"input": "x", "top_n": 2}), ctx_)
+    assert b"root_cause" in fe.render_error(info.value).body  # the completion task's form
+    with pytest.raises(errors.InvalidRequest) as info:
+        fe.parse(orjson.dumps({"messages": MSGS, "stream": True}), ctx_)
+    assert orjson.loads(fe.render_error(info.value).body)["error"]["code"] == "bad_request"
+    with pytest.raises(errors.ModelNotFound) as missing:
+        fe.parse(b"{nope", any_task("/_inference/{}", "nope"))
+    r = fe.render_error(missing.value)
+    assert (r.status, r.media_type) == (404, "application/json")
+    assert orjson.loads(r.body)["error"]["type"] == "resource_not_found_exception"
 
 
 def test_unknown_endpoint_is_404_with_elasticsearchs_message() -> None:
@@ -205,9 +343,11 @@ def test_completion_input_is_one_user_turn() -> None:
      "Validation Failed: 1: Field [top_n] cannot be specified for task type [completion];"),
     ({"input": "x", "input_type": "search"},
      "Validation Failed: 1: Field [input_type] cannot be specified for task type [completion];"),
-    ({"inputs": "x"}, "[cluster:internal/xpack/inference] unknown field [inputs]"),
+    ({"inputs": "x"},
+     "[1:2] [cluster:internal/xpack/inference] unknown field [inputs] did you mean [input]?"),
     ({"input": 5},
-     "[cluster:internal/xpack/inference] input doesn't support values of type: VALUE_NUMBER"),
+     "[1:10] [cluster:internal/xpack/inference] input doesn't support values of type: "
+     "VALUE_NUMBER"),
     ({"input": ["a", "b"]}, "completion only accepts 1 input"),
     ({"input": "x", "task_settings": {"seed": 1}},
      "Model configuration contains settings [{seed=1}] unknown to the [gateway] service"),
@@ -266,9 +406,12 @@ def test_registry_routes() -> None:
     chat_paths = {"/_inference/{id}/_unified", "/_inference/{id}/_stream",
                   "/_inference/chat_completion/{id}/_unified",
                   "/_inference/chat_completion/{id}/_stream", "/_inference/chat_completion/{id}"}
-    assert chat_paths | {"/_inference/completion/{id}",
-                         "/_inference/completion/{id}/_stream"} == set(routes)
+    assert chat_paths | {"/_inference/completion/{id}", "/_inference/completion/{id}/_stream",
+                         "/_inference/{id}"} == set(routes)
     assert all(isinstance(routes[p], elastic.ElasticChatFrontend) for p in chat_paths)
+    assert isinstance(routes["/_inference/{id}"], elastic.ElasticInferenceFrontend)
+    assert all(routes[p].lookup_first == ("chat_completion" not in p)  # type: ignore[attr-defined]
+               for p in chat_paths)
     assert not routes["/_inference/chat_completion/{id}"].stream  # type: ignore[attr-defined]
     whole = routes["/_inference/completion/{id}"]
     streamed = routes["/_inference/completion/{id}/_stream"]

@@ -42,6 +42,7 @@ BODIES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     "/generate": ({"inputs": "Hi"}, {}),
     "/generate_stream": ({"inputs": "Hi"}, {}),
     "/": ({"inputs": "Hi"}, {}),
+    "/_inference/{id}": ({"input": "Hi"}, {"id": "demo"}),
     "/_inference/{id}/_unified": ({"messages": MSGS}, {"id": "demo"}),
     "/_inference/{id}/_stream": ({"messages": MSGS}, {"id": "demo"}),
     "/_inference/chat_completion/{id}/_unified": ({"messages": MSGS}, {"id": "demo"}),
