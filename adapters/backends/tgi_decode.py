@@ -18,6 +18,7 @@ import orjson
 from adapters.backends import decoder, openai_decode, stops
 from schemas import errors
 from schemas import events as ev
+from schemas import tgi as wire
 
 _FINISH: dict[str, ev.FinishReason] = {"length": "length", "eos_token": "eos",
                                        "stop_sequence": "stop_string"}
@@ -70,10 +71,11 @@ def _logprob(value: Any) -> float:
 
 
 def _token_logprob(tok: dict[str, Any], tops: list[dict[str, Any]] | None) -> ev.TokenLogprob:
+    """The worker's token with its own text (`</s>` too) and `special` flag (lib.rs Token)."""
     alts = [ev.TopLogprob(str(t.get("text") or ""), _logprob(t.get("logprob")), None, t.get("id"))
             for t in tops or ()]
-    return ev.TokenLogprob(str(tok.get("text") or ""), _logprob(tok.get("logprob")), None,
-                           tok.get("id"), alts)
+    return wire.WorkerToken(str(tok.get("text") or ""), _logprob(tok.get("logprob")), None,
+                            tok.get("id"), alts, bool(tok.get("special")))
 
 
 def finish_events(trim: stops.StopTrimmer, choice: int, reason: str | None) -> list[ev.Event]:
@@ -115,7 +117,9 @@ class TgiStreamDecoder(decoder.FramedDecoder):
             out.append(ev.TextDelta(0, self._echo))
             self._echo = None
         tid = tok.get("id")
-        text = "" if tok.get("special") else str(tok.get("text") or "")  # lib.rs Token.special
+        # A special token's text (`</s>`) is not in generated_text (flash_causal_lm.py decodes
+        # it with skip_special_tokens): the delta leaves it out, its logprob keeps it.
+        text = "" if tok.get("special") else str(tok.get("text") or "")
         lps = [_token_logprob(tok, obj.get("top_tokens"))] if self._logprobs else None
         out.extend(self._trim.push(ev.TextDelta(0, text, [tid] if isinstance(tid, int) else None,
                                                 lps)))
@@ -144,10 +148,11 @@ class TgiWholeDecoder(decoder.FramedDecoder):
             raise errors.UpstreamBroken("the worker's answer has no `generated_text`")
         details = obj.get("details") or {}
         prefill = details.get("prefill") or []
-        if prefill:  # PrefillToken: the first prompt token has no logprob (null)
+        if prefill:  # PrefillToken: the first prompt token has a text but no logprob (NaN,
+            # written null: flash_causal_lm.py generate_token, `request_prefill_logprobs`)
             out.append(ev.PromptInfo(0, [t.get("id") for t in prefill], [
-                ev.TokenLogprob(str(t.get("text") or ""), float(t["logprob"]), None, t.get("id"))
-                if isinstance(t.get("logprob"), int | float) else None for t in prefill]))
+                ev.TokenLogprob(str(t.get("text") or ""), _logprob(t.get("logprob")), None,
+                                t.get("id")) for t in prefill]))
         seqs = [(obj["generated_text"], details)]
         seqs += [(s.get("generated_text") or "", s)
                  for s in details.get("best_of_sequences") or []][:max(self._n, 1) - 1]

@@ -8,6 +8,7 @@ worker's completion endpoint (TGI applies no chat template there). Sources: TGI 
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -43,7 +44,8 @@ class TgiTranslator:
 
     request: canonical.InferenceRequest
     state: enc.TgiState
-    in_stream: bool = False  # /generate_stream: every error is an event after HTTP 200
+    in_stream: bool = False  # a stream (/generate_stream, POST / with `stream`): every error
+    # is an event after HTTP 200
 
     def encoder(self, meta: base.ResponseMeta) -> base.StreamEncoder:
         return enc.StreamEncoder(self.state, enc.special_ids(meta))
@@ -55,6 +57,12 @@ class TgiTranslator:
         return enc.render_error(exc, in_stream=self.in_stream)
 
 
+# The note on an error of TGI's checks of a streaming request: they run inside the stream
+# (server.rs generate_stream_internal), so it is answered with HTTP 200 and an error event.
+# A note, not a subclass: the error tree is the same for every protocol.
+IN_STREAM = "TGI refuses a streaming request inside its stream (HTTP 200, an error event)"
+
+
 class TgiFrontend:
     """One TGI generate route; `mode` says which, so that errors take that route's form."""
 
@@ -62,20 +70,29 @@ class TgiFrontend:
         self.mode: Final[Mode] = mode
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> TgiTranslator:
+        # axum's Json extractor refuses a malformed body before the handler, and so before
+        # any stream (tgi_extract); the handler's checks of a streaming request are in it.
+        raw: wire.GenerateRequest
         if self.mode == "compat":
             compat = tgi_extract.extract(body, ctx.headers, wire.CompatGenerateRequest)
-            req, st = to_canonical(compat, bool(compat.stream), True)
+            raw, stream = compat, bool(compat.stream)
         else:
             raw = tgi_extract.extract(body, ctx.headers, wire.GenerateRequest)
-            req, st = to_canonical(raw, self.mode == "stream", False)
-        return TgiTranslator(req, st, in_stream=self.mode == "stream")
+            stream = self.mode == "stream"
+        try:
+            req, st = to_canonical(raw, stream, self.mode == "compat")
+        except errors.InvalidRequest as exc:
+            if stream:
+                exc.add_note(IN_STREAM)
+            raise
+        return TgiTranslator(req, st, in_stream=stream)
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
-        """/generate_stream answers every error after HTTP 200 as an event (server.rs). POST /
-        decides by the body's `stream` flag, which an error cannot see; it answers as /generate
-        does (TGI's status and JSON body), which both TGI clients read on a streaming call too
-        (huggingface_hub raise_text_generation_error, text_generation parse_error)."""
-        return enc.render_error(exc, in_stream=self.mode == "stream")
+        """/generate_stream answers every error of its handler after HTTP 200 as an event
+        (server.rs); so does POST / with `"stream": true`, as compat_generate hands the request
+        to generate_stream (IN_STREAM says so here, the translator after parsing)."""
+        in_stream = self.mode == "stream" or IN_STREAM in getattr(exc, "__notes__", ())
+        return enc.render_error(exc, in_stream=in_stream)
 
 
 class TgiGenerateFrontend(TgiFrontend):
@@ -121,6 +138,11 @@ def to_canonical(raw: wire.GenerateRequest, stream: bool,
     # never refused). What the client asks for by name is required: the top tokens, and the
     # logprobs best_of picks by (mean logprob, infer/mod.rs generate_best_of).
     full_text = p.return_full_text if p.return_full_text is not None else compat
+    # validation.rs: a request without a seed gets a random one; the shard reports it when it
+    # samples (flash_causal_lm.py: `seed if do_sample else None`). Each sequence of best_of
+    # is a request of its own, with its own seed (infer/mod.rs generate_best_of).
+    if sampling.seed is None and best_of == 1 and _sampling_on(p, do_sample):
+        sampling.seed = draw_seed()
     req = canonical.InferenceRequest(
         model=p.adapter_id,  # a LoRA adapter is a model name to vLLM
         prompts=[raw.inputs], sampling=sampling, stream=stream,
@@ -130,12 +152,18 @@ def to_canonical(raw: wire.GenerateRequest, stream: bool,
     st = enc.TgiState(
         details=details, prefill=bool(p.decoder_input_details),
         top_n_tokens=p.top_n_tokens or 0,
-        best_of=best_of, seed=p.seed if _sampling_on(p, do_sample) else None,
+        best_of=best_of, seed=sampling.seed if _sampling_on(p, do_sample) else None,
         # compat_generate: return_full_text defaults to true for a `text-generation`
         # pipeline tag, which /info reports (server.rs, `compat_return_full_text`).
         prefix=raw.inputs if full_text else "", wrap=compat and not stream)
     _extras(req, p)
     return req, st
+
+
+def draw_seed() -> int:
+    """A random seed, as validation.rs draws a u64 (`thread_rng().gen()`), of 63 bits: vLLM
+    takes seeds up to 2**63 - 1 only (its protocol.py: `le=_LONG_INFO.max`)."""
+    return random.getrandbits(63)
 
 
 def _invalid(message: str, field: str) -> errors.InvalidRequest:

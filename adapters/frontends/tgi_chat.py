@@ -18,14 +18,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, assert_never
+from typing import Any, TypeGuard, assert_never
 
 import orjson
+from pydantic import ValidationError
 
 from adapters import base, framing
 from adapters.frontends import openai_encode, openai_parse, tgi, tgi_encode
 from schemas import canonical, errors
 from schemas import events as ev
+from schemas import tgi as wire
 
 # The model names TGI's clients send for "the one model" (SPEC.md, TGI front end). Here is the
 # one place they (and a missing name) are resolved: to the default model, answered in TGI's
@@ -48,18 +50,68 @@ def placeholder(model: Any) -> bool:
     return model is None or (isinstance(model, str) and model in PLACEHOLDERS)
 
 
+# The note on a refused TGI chat request (see `refusal`); a note, not a subclass: the error
+# tree is the same for every protocol.
+REFUSED = "a TGI client's chat request, refused in TGI's form"
+REFUSED_STREAM = "a TGI client's streaming chat request, refused in TGI's form"
+
+
 def chat_request(data: dict[str, Any]) -> canonical.InferenceRequest:
     """A TGI client's chat body (a decoded JSON object) in canonical form, for the default
-    model, which answers under its own name."""
-    req = openai_parse.chat_request(as_openai(data))
+    model, which answers under its own name. Checked as TGI checks the generate request it
+    makes of it (`check`); a refusal carries a note saying so (`refusal` renders it)."""
+    try:
+        checked = check(data)
+        out = as_openai(data)
+        # Values TGI takes beyond OpenAI's ranges (a temperature above 2, a presence penalty
+        # above 2): TGI's checks passed, OpenAI's are skipped for them.
+        wide = {k: out.pop(k) for k in ("temperature", "presence_penalty")
+                if checked and k in out}
+        req = openai_parse.chat_request(out)
+    except errors.RequestError as exc:
+        exc.add_note(REFUSED_STREAM if data.get("stream") is True else REFUSED)
+        raise
+    if "temperature" in wide:
+        req.sampling.temperature = float(wide["temperature"])
+    if "presence_penalty" in wide:
+        req.sampling.presence_penalty = float(wide["presence_penalty"])
     req.model = None
     return req
 
 
+def _number(v: Any) -> TypeGuard[float]:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def check(data: dict[str, Any]) -> bool:
+    """TGI's checks of a chat request: lib.rs `try_into_generate` makes a GenerateRequest of it
+    (temperature 0 is greedy and no temperature, `repetition_penalty` is presence_penalty + 2,
+    max_tokens is `max_new_tokens`, top_logprobs `top_n_tokens`), which server.rs
+    chat_completions hands to generate(_stream)_internal, so validation.rs `validate` checks
+    it with its messages (the TGI front end's `tgi.check`): e.g. top_p 1.0 is refused. Values
+    of a type TGI would not read are left to the OpenAI reading (False)."""
+    temperature, presence = data.get("temperature"), data.get("presence_penalty")
+    max_tokens = data.get("max_tokens")
+    fields = {
+        "temperature": None if temperature == 0 else temperature,
+        "repetition_penalty": presence + 2.0 if _number(presence) else None,
+        "frequency_penalty": data.get("frequency_penalty"), "top_p": data.get("top_p"),
+        "max_new_tokens": data.get("max_completion_tokens") if max_tokens is None else max_tokens,
+        "stop": data.get("stop") if isinstance(data.get("stop"), list) else None,
+        "top_n_tokens": data.get("top_logprobs")}
+    if not all(v is None or isinstance(v, list) or _number(v) for v in fields.values()):
+        return False
+    try:
+        p = wire.GenerateParameters.model_validate(fields)
+    except ValidationError:
+        return False
+    tgi.check("chat", p, temperature != 0, 1)  # the chat template's output is never empty
+    return True
+
+
 @dataclass(slots=True)
 class ChatTranslator:
-    """One chat completion of a TGI client, answered in TGI's chat shape; errors take OpenAI's
-    error object, as on every /v1/chat/completions request."""
+    """One chat completion of a TGI client, answered in TGI's chat shape, errors too."""
 
     request: canonical.InferenceRequest
 
@@ -70,7 +122,36 @@ class ChatTranslator:
         return base.Rendered(200, orjson.dumps(chat_body(self.request, done, meta)))
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
-        return openai_encode.render_error(exc)
+        return render_error(exc, self.request.stream)
+
+
+def render_error(exc: errors.GatewayError, stream: bool) -> base.Rendered:
+    """TGI's chat errors (server.rs chat_completions): without streaming TGI's ErrorResponse
+    with its status (422 `Input validation error: ...`); a stream checks inside itself
+    (generate_stream_internal), so HTTP 200, the error event of infer/mod.rs
+    `into_openai_event` and `data: [DONE]`. What the gateway refuses before TGI's handler (API
+    key, body size, ...) keeps its status and JSON body."""
+    r = tgi_encode.render_error(exc, in_stream=stream)
+    if r.status != 200:
+        return r
+    return base.Rendered(200, error_event(exc), r.media_type, r.headers)
+
+
+def refusal(exc: errors.GatewayError) -> base.Rendered | None:
+    """A refusal of `chat_request` rendered in TGI's form (None for any other error), for the
+    front end that parses /v1/chat/completions."""
+    notes = getattr(exc, "__notes__", ())
+    if REFUSED in notes or REFUSED_STREAM in notes:
+        return render_error(exc, REFUSED_STREAM in notes)
+    return None
+
+
+def error_event(exc: errors.GatewayError) -> bytes:
+    """InferError::into_openai_event (infer/mod.rs): always http_status_code 422; `[DONE]`
+    follows (server.rs chat_completions)."""
+    message = tgi_encode.error_parts(exc)[2]
+    body = orjson.dumps({"error": {"message": message, "http_status_code": 422}})
+    return framing.sse(body) + framing.SSE_DONE
 
 
 def as_openai(data: dict[str, Any]) -> dict[str, Any]:
@@ -171,10 +252,7 @@ class ChatStreamEncoder:
         return b""  # nothing is held back
 
     def fail(self, exc: errors.GatewayError) -> bytes:
-        """InferError::into_openai_event (infer/mod.rs): always http_status_code 422."""
-        message = tgi_encode.error_parts(exc)[2]
-        body = orjson.dumps({"error": {"message": message, "http_status_code": 422}})
-        return framing.sse(body) + framing.SSE_DONE
+        return error_event(exc)
 
     def finish(self) -> bytes:
         if not self._include_usage:

@@ -22,6 +22,7 @@ import orjson
 from adapters import base, framing
 from schemas import canonical, errors
 from schemas import events as ev
+from schemas import tgi as wire
 
 # TGI's FinishReason has three values (lib.rs); a stop token id is an end-of-sequence token.
 FINISH: dict[str, str] = {
@@ -106,15 +107,23 @@ def special_ids(meta: base.ResponseMeta) -> frozenset[int]:
 
 def token(tid: int, text: str, lp: ev.TokenLogprob | None,
           special: frozenset[int] = _NONE) -> dict[str, Any]:
-    """`Token` (lib.rs); `special` as the tokenizer's added tokens say (TGI: `special` is
-    `all_special_ids.contains(id)`, server/text_generation_server/models)."""
+    """`Token` (lib.rs). `special` as TGI's shard sets it, `all_special_ids.contains(id)`
+    (flash_causal_lm.py generate_token): a TGI worker's own flag, with its text (`</s>`:
+    decode_token keeps special tokens, which the generated text leaves out); else as the
+    model's tokenizer says."""
+    if isinstance(lp, wire.WorkerToken):
+        flag = lp.special
+        text = lp.token if flag and lp.token else text
+    else:
+        flag = tid in special
     return {"id": tid, "text": text, "logprob": f32(lp.logprob) if lp is not None else None,
-            "special": tid in special}
+            "special": flag}
 
 
-def top_tokens(lp: ev.TokenLogprob | None, tid: int, k: int,
-               special: frozenset[int] = _NONE) -> list[dict[str, Any]]:
-    """The k most likely tokens at a position, best first (TGI's batch_top_tokens)."""
+def top_tokens(lp: ev.TokenLogprob | None, tid: int, k: int, special: frozenset[int] = _NONE,
+               flag: bool = False) -> list[dict[str, Any]]:
+    """The k most likely tokens at a position, best first (TGI's batch_top_tokens); the sampled
+    token among them has its own `flag`."""
     if lp is None or not k or not lp.top:
         return []
     alts = sorted(lp.top, key=lambda a: -a.logprob)[:k]
@@ -122,7 +131,7 @@ def top_tokens(lp: ev.TokenLogprob | None, tid: int, k: int,
     for a in alts:
         aid = a.id if a.id is not None else (tid if a.token == lp.token else UNKNOWN_ID)
         out.append({"id": aid, "text": a.token, "logprob": f32(a.logprob),
-                    "special": aid in special})
+                    "special": flag if aid == tid else aid in special})
     return out
 
 
@@ -181,9 +190,8 @@ class StreamEncoder:
         if ids is not None and len(ids) == 1 and not self._st.top_n_tokens:  # one token: fast
             lp = lps[0] if lps else None
             self._index += 1
-            self._held = b'{"index":%d,"token":%s' % (self._index, orjson.dumps({
-                "id": ids[0], "text": e.text, "logprob": f32(lp.logprob) if lp else None,
-                "special": ids[0] in self._special}))
+            self._held = b'{"index":%d,"token":%s' % (self._index, orjson.dumps(
+                token(ids[0], e.text, lp, self._special)))
             self._text.append(e.text)
             self._tokens += 1
             return out
@@ -197,9 +205,9 @@ class StreamEncoder:
 
     def _head(self, t: tuple[int, str, ev.TokenLogprob | None]) -> bytes:
         self._index += 1  # server.rs: `index += 1` before the first event, so it starts at 1
-        head = b'{"index":' + str(self._index).encode() + b',"token":' + orjson.dumps(
-            token(*t, self._special))
-        if tops := top_tokens(t[2], t[0], self._st.top_n_tokens, self._special):
+        tok = token(*t, self._special)
+        head = b'{"index":' + str(self._index).encode() + b',"token":' + orjson.dumps(tok)
+        if tops := top_tokens(t[2], t[0], self._st.top_n_tokens, self._special, tok["special"]):
             head += b',"top_tokens":' + orjson.dumps(tops)
         return head
 
@@ -256,8 +264,8 @@ def _choice_tokens(c: canonical.Choice) -> list[tuple[int, str, ev.TokenLogprob 
 
 
 def _prefill(done: canonical.Completion, choice: int) -> list[dict[str, Any]]:
-    """`PrefillToken`s from the worker's prompt logprobs; vLLM gives none (and no text) for the
-    first prompt token, where TGI writes `"logprob":null` too."""
+    """`PrefillToken`s from the worker's prompt logprobs. The first prompt token has no
+    logprob, written `"logprob":null`; TGI gives its text, vLLM no text either."""
     return [{"id": tid, "text": lp.token if lp is not None else "",
              "logprob": f32(lp.logprob) if lp is not None else None}
             for tid, lp in done.prompt_tokens(choice)]
@@ -268,12 +276,13 @@ def _sequence(st: TgiState, done: canonical.Completion, c: canonical.Choice,
     """The fields Details and BestOfSequence share, in lib.rs order."""
     toks = _choice_tokens(c)
     count = len(toks) or (usage.completion_tokens if usage is not None else 0)
+    tokens = [token(*t, special) for t in toks]
     out: dict[str, Any] = {
         "finish_reason": finish_reason(c.finish), "generated_tokens": count, "seed": st.seed,
-        "prefill": _prefill(done, c.index) if st.prefill else [],
-        "tokens": [token(*t, special) for t in toks]}
+        "prefill": _prefill(done, c.index) if st.prefill else [], "tokens": tokens}
     if st.top_n_tokens:
-        out["top_tokens"] = [top_tokens(t[2], t[0], st.top_n_tokens, special) for t in toks]
+        out["top_tokens"] = [top_tokens(t[2], t[0], st.top_n_tokens, special, d["special"])
+                             for t, d in zip(toks, tokens, strict=True)]
     return out
 
 

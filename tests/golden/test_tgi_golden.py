@@ -11,8 +11,10 @@ SSE (`data: ` with a space); wire-formats.md section 4.
 
 A case directory is named for its route (generate_, stream_, compat_, chat_) and holds
 `request.json`, the canonical events (`events.jsonl`) or a worker's bytes (`worker.txt`, vLLM's
-completions API, decoded by our vLLM decoder), the vLLM request we build (`upstream.txt`) and
-the exact answer (`response.txt`).
+completions API, decoded by our vLLM decoder; `tgi_worker.txt`, a TGI worker's answer to the
+request our tgi backend builds, as tests/fakes/tgi_fake.py writes it, decoded by our tgi
+decoder), the vLLM request we build (`upstream.txt`) and the exact answer (`response.txt`).
+Sampling requests without a seed get GOLDEN_SEED (validation.rs draws a random one).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import orjson
 import pytest
 
 from adapters import base
+from adapters.backends import tgi as tgi_backend
 from adapters.backends import vllm
 from adapters.frontends import openai, tgi
 from schemas import canonical, errors
@@ -31,11 +34,18 @@ from schemas import tgi as wire
 from tests.golden import runner
 
 META = base.ResponseMeta(id="golden", created=1700000000, model="demo", request_id="rid")
+# The seed drawn for a sampling request that names none (tgi.draw_seed, validation.rs).
+GOLDEN_SEED = 1234567890123456789
 CASES = runner.cases("tgi")
 TGI = runner.ROOT / "tgi"
 
 
 MODES: dict[str, tgi.Mode] = {"generate": "generate", "stream": "stream", "compat": "compat"}
+
+
+@pytest.fixture(autouse=True)
+def fixed_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tgi, "draw_seed", lambda: GOLDEN_SEED)
 
 
 def frontend(case: Path) -> base.Frontend:
@@ -47,6 +57,11 @@ def frontend(case: Path) -> base.Frontend:
 
 def events_of(case: Path, req: canonical.InferenceRequest
               ) -> tuple[list[ev.Event], errors.GatewayError | None]:
+    if (case / "tgi_worker.txt").exists():  # a TGI worker's bytes (backend `tgi`)
+        backend = tgi_backend.TgiBackend()
+        up = backend.build(req, runner.TARGET)
+        dec = backend.decoder(req, streaming=up.streaming)
+        return dec.feed((case / "tgi_worker.txt").read_bytes()) + dec.close(), None
     worker = case / "worker.txt"
     if not worker.exists():
         return runner.load_events(case / "events.jsonl")

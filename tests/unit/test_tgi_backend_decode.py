@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from adapters.backends import tgi_decode
 from schemas import errors
 from schemas import events as ev
+from schemas import tgi as wire
 
 SCRIPT = [(" The", 415), (" answer", 4372), (" is", 349), (" 42", 28705), (".", 28723)]
 
@@ -51,7 +52,7 @@ def finish_of(events: list[ev.Event]) -> ev.Finish:
 
 def test_tokens_carry_their_ids_and_logprobs_and_details_give_usage() -> None:
     events = decode(stream_events(SCRIPT[:2], "length"))
-    assert events[0] == ev.TextDelta(0, " The", [415], [ev.TokenLogprob(" The", -0.25, None, 415)])
+    assert events[0] == ev.TextDelta(0, " The", [415], [wire.WorkerToken(" The", -0.25, None, 415)])
     assert finish_of(events) == ev.Finish(0, "length")
     assert events[-1] == ev.Usage(7, 2)
 
@@ -68,10 +69,15 @@ def test_top_tokens_become_alternatives() -> None:
     assert tops[1].logprob == float("-inf")  # serde_json writes an f32 NaN as null
 
 
-def test_a_special_eos_token_keeps_its_id_but_adds_no_text() -> None:
+def test_a_special_eos_token_keeps_its_id_text_and_flag_but_adds_no_text() -> None:
+    """flash_causal_lm.py generate_token: the token's text is decoded with its special tokens
+    (`</s>`) and flagged `special` (`all_special_ids`), generated_text without them
+    (skip_special_tokens=True). The text is left out of the delta (what OpenAI clients see);
+    the worker's token, flag included, stays with its logprob for TGI clients."""
     events = decode(stream_events([*SCRIPT[:2], ("</s>", 2)], special_last=True))
     assert text_of(events) == " The answer"
-    assert events[2] == ev.TextDelta(0, "", [2], [ev.TokenLogprob("</s>", -0.75, None, 2)])
+    assert events[2] == ev.TextDelta(0, "", [2], [wire.WorkerToken("</s>", -0.75, None, 2,
+                                                                   special=True)])
     assert finish_of(events).reason == "eos"
 
 
@@ -172,7 +178,10 @@ def test_whole_generate_with_prefill_and_best_of() -> None:
                                            "special": False}]}]}}
     dec = tgi_decode.TgiWholeDecoder(["."], False, True, None, 2)
     events = dec.feed(orjson.dumps(body)) + dec.close()
-    assert events[0] == ev.PromptInfo(0, [1, 9], [None, ev.TokenLogprob("Hi", -2.5, None, 9)])
+    # The first prompt token keeps its text; its logprob is NaN, which serde writes null
+    # (flash_causal_lm.py generate_token, `request_prefill_logprobs`).
+    assert events[0] == ev.PromptInfo(0, [1, 9], [ev.TokenLogprob("<s>", float("-inf"), None, 1),
+                                                  ev.TokenLogprob("Hi", -2.5, None, 9)])
     texts = {e.choice: e for e in events if isinstance(e, ev.TextDelta)}
     assert texts[0].text == " The answer" and texts[0].token_ids == [415, 4372, 28723]
     assert texts[1].text == " No"

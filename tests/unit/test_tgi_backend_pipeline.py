@@ -135,6 +135,17 @@ async def test_tgi_clients_get_tgis_own_stream_back(gw: httpx.AsyncClient) -> No
 
 
 @pytest.mark.anyio
+async def test_a_drawn_seed_reaches_the_worker_and_the_details(gw: httpx.AsyncClient,
+                                                               fake: Starlette) -> None:
+    """validation.rs draws a seed for a request without one; the shard reports it when it
+    samples (flash_causal_lm.py generate_token: `seed if do_sample else None`)."""
+    r = await gw.post("/generate", json={"inputs": "Hi", "parameters": {
+        "do_sample": True, "details": True, "max_new_tokens": 2}})
+    seed = sent(fake)[1]["parameters"]["seed"]
+    assert isinstance(seed, int) and r.json()["details"]["seed"] == seed
+
+
+@pytest.mark.anyio
 async def test_an_error_mid_stream_is_the_clients_in_band_error(gw: httpx.AsyncClient) -> None:
     stream = await sdk(gw).completions.create(model="llama", prompt="Hi [[error_after=2]]",
                                               stream=True)

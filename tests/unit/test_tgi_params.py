@@ -97,7 +97,31 @@ def test_no_parameters_means_do_sample() -> None:
     """lib.rs default_parameters(): `do_sample: true` when the body has no `parameters`."""
     body = upstream({"inputs": PROMPT})
     assert "temperature" not in body and body["max_tokens"] is None
-    assert upstream({"inputs": PROMPT, "parameters": None}) == body
+    assert isinstance(body.pop("seed"), int)  # sampling: a seed is drawn (below)
+    again = upstream({"inputs": PROMPT, "parameters": None})
+    assert isinstance(again.pop("seed"), int) and again == body
+
+
+def test_sampling_without_a_seed_draws_one_sends_it_and_reports_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """validation.rs `validate`: `let seed = match seed { None => thread_rng().gen(), ...}` (a
+    random u64); the shard reports it when it samples (flash_causal_lm.py generate_token:
+    `GeneratedText(..., seed if do_sample else None)`), as details.seed and StreamDetails.seed.
+    Greedy requests report null; best_of > 1 sends none (each sequence is a request of its own,
+    infer/mod.rs generate_best_of, and validation.rs refuses a seed with best_of > 1)."""
+    drawn = iter([2**63 - 1, 7])
+    monkeypatch.setattr(tgi, "draw_seed", lambda: next(drawn))
+    fe = tgi.TgiFrontend("stream")
+    t = fe.parse(orjson.dumps({"inputs": PROMPT, "parameters": {"details": True,
+                                                                  "do_sample": True}}), CTX)
+    assert t.request.sampling.seed == 2**63 - 1 and t.state.seed == 2**63 - 1
+    assert upstream({"inputs": PROMPT, "parameters": {"top_k": 5}})["seed"] == 7
+    for params in ({"do_sample": False}, {"do_sample": True, "best_of": 2}):
+        t = tgi.TgiFrontend().parse(orjson.dumps({"inputs": PROMPT, "parameters": params}), CTX)
+        assert t.request.sampling.seed is None and t.state.seed is None
+    own = tgi.TgiFrontend().parse(orjson.dumps({"inputs": PROMPT, "parameters": {"seed": 3}}),
+                                  CTX)
+    assert own.request.sampling.seed == 3  # the client's seed goes to the worker as it is
 
 
 def test_stream_asks_for_token_ids_logprobs_and_usage() -> None:

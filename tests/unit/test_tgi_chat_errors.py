@@ -1,0 +1,113 @@
+"""TGI's Messages API as the gateway answers TGI's clients (model `tgi`, `dummy` or none): a
+request is checked as TGI checks it, and refused in TGI's form.
+
+Sources, TGI @ db931fcf (v3.3.7): router/src/lib.rs `ChatRequest::try_into_generate` (temperature
+0 is greedy and no temperature; `repetition_penalty` = presence_penalty + 2.0; max_tokens is
+`max_new_tokens`; top_logprobs is `top_n_tokens`), router/src/server.rs `chat_completions` (the
+GenerateRequest goes to generate_internal, whose errors answer `(StatusCode, Json<ErrorResponse>)`,
+or to generate_stream_internal, which checks inside the stream: `Err(err) => yield
+Ok(err.into_openai_event())`, then `Event::default().data("[DONE]")`), router/src/validation.rs
+`Validation::validate` (the checks and their `ValidationError` messages), router/src/infer/mod.rs
+(`InferError::ValidationError`'s "Input validation error: " prefix, `into_openai_event`:
+`{"error":{"message","http_status_code":422}}`), server.rs `From<InferError>` (validation: 422).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import respx
+
+from adapters.frontends import tgi_chat
+from schemas import errors
+from tests.unit.test_pipeline_respx import call
+
+MSG = [{"role": "user", "content": "What is Deep Learning?"}]
+CHAT = r"http://up[12]:8000/v1/chat/completions"
+
+
+def refusal(body: dict[str, Any]) -> errors.RequestError:
+    with pytest.raises(errors.RequestError) as info:
+        tgi_chat.chat_request({"model": "tgi", "messages": MSG, **body})
+    return info.value
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"top_p": 1.0}, "`top_p` must be > 0.0 and < 1.0"),  # OpenAI takes 1.0, TGI does not
+    ({"top_p": 0}, "`top_p` must be > 0.0 and < 1.0"),
+    ({"temperature": -0.5}, "`temperature` must be strictly positive"),
+    ({"max_tokens": 0}, "`max_new_tokens` must be strictly positive"),
+    ({"max_completion_tokens": 0}, "`max_new_tokens` must be strictly positive"),
+    ({"presence_penalty": -2.0}, "`repetition_penalty` must be strictly positive"),
+    ({"frequency_penalty": 2.5}, "`frequency_penalty` must be >= -2.0 and <= 2.0"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "`stop` supports up to 4 stop sequences. Given: 5"),
+    ({"logprobs": True, "top_logprobs": 6}, "`top_n_tokens` must be >= 0 and <= 5. Given: 6"),
+])
+def test_tgis_checks_and_messages(body: dict[str, Any], message: str) -> None:
+    """validation.rs `validate` on the GenerateRequest try_into_generate makes."""
+    assert refusal(body).message == message
+
+
+def test_what_tgi_takes_beyond_openais_ranges_is_taken() -> None:
+    """validation.rs has no upper bound on temperature, and presence_penalty 3 is a
+    repetition_penalty of 5; temperature 0 is greedy (try_into_generate)."""
+    req = tgi_chat.chat_request({"messages": MSG, "temperature": 2.5, "presence_penalty": 3})
+    assert (req.sampling.temperature, req.sampling.presence_penalty) == (2.5, 3.0)
+    assert tgi_chat.chat_request({"messages": MSG, "temperature": 0}).sampling.temperature == 0
+
+
+def test_a_refusal_is_tgis_422_error_response() -> None:
+    """server.rs chat_completions without streaming: `generate_internal(...).await?` answers
+    the InferError's (422, ErrorResponse)."""
+    r = tgi_chat.refusal(refusal({"top_p": 1.0}))
+    assert r is not None and (r.status, r.media_type) == (422, "application/json")
+    assert r.body == (b'{"error":"Input validation error: `top_p` must be > 0.0 and < 1.0",'
+                      b'"error_type":"validation"}')
+
+
+def test_a_streaming_refusal_is_an_event_after_http_200_then_done() -> None:
+    """server.rs chat_completions with streaming: generate_stream_internal yields the
+    validation error inside the stream, answered by `into_openai_event` and `[DONE]`."""
+    r = tgi_chat.refusal(refusal({"top_p": 1.0, "stream": True}))
+    assert r is not None and (r.status, r.media_type) == (200, "text/event-stream")
+    assert r.body == (b'data: {"error":{"message":"Input validation error: `top_p` must be > 0.0'
+                      b' and < 1.0","http_status_code":422}}\n\ndata: [DONE]\n\n')
+
+
+def test_only_refusals_of_tgi_chat_requests_are_rendered_so() -> None:
+    assert tgi_chat.refusal(errors.InvalidRequest("`top_p` bad", field="top_p")) is None
+
+
+@pytest.mark.anyio
+@pytest.mark.xfail(strict=True, reason="needs OpenAIChatFrontend.render_error (adapters/"
+                   "frontends/openai.py) to answer tgi_chat.refusal(exc) when it is not None")
+async def test_a_refused_tgi_chat_request_through_the_app() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        resp = await call(r, {"model": "tgi", "messages": MSG, "top_p": 1.0})
+    assert resp.status_code == 422
+    assert resp.json() == {"error": "Input validation error: `top_p` must be > 0.0 and < 1.0",
+                           "error_type": "validation"}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_worker_refusal_is_answered_in_tgis_form(stream: bool) -> None:
+    """After parsing, the translator answers: a worker's 400 before the first byte is TGI's
+    validation error, 422 (server.rs From<InferError>), or in a stream the event and
+    `[DONE]` after HTTP 200 (server.rs chat_completions, infer/mod.rs into_openai_event)."""
+    refused = {"error": {"message": "`max_tokens` is too large", "type": "BadRequestError",
+                         "param": None, "code": 400}}
+    with respx.mock() as r:
+        r.post(url__regex=CHAT).mock(return_value=httpx.Response(400, json=refused))
+        resp = await call(r, {"model": "dummy", "messages": MSG, "stream": stream})
+    message = "Input validation error: `max_tokens` is too large"
+    if not stream:
+        assert resp.status_code == 422
+        assert resp.content == orjson.dumps({"error": message, "error_type": "validation"})
+        return
+    assert resp.status_code == 200 and resp.headers["content-type"] == "text/event-stream"
+    assert resp.content == (b"data: " + orjson.dumps({"error": {
+        "message": message, "http_status_code": 422}}) + b"\n\ndata: [DONE]\n\n")
