@@ -5,11 +5,15 @@ stands for every address the name resolves to; `gateway.resolver` refreshes that
 so scaling workers needs no gateway restart. Managed workers are added once healthy.
 
 Health, as Envoy's outlier detection does it: an upstream failing `eject_after` times in a
-row is ejected for a backoff that doubles after each failed half-open trial (one request
-let through once the backoff is over); an active probe that fails takes it out until one
-passes. An ejected upstream is not offered at all, so it costs requests nothing, unless every
-upstream of the model is ejected: then all those whose probe passes are tried anyway (Envoy's
-panic mode), since refusing without trying helps no one.
+row is ejected for a backoff; once that is over it is half-open: it counts for /health again
+and gets one request, the trial, whose success or a passing active probe restores it, while
+its failure or a failing probe ejects it again for twice as long. Each attempt carries a ticket
+from `begin`, so that attempts already in flight when the upstream was ejected (or restored)
+are not judged again: a burst of failures is one ejection, as Envoy never ejects an ejected
+host. A failure of an ejected upstream outside its trial counts for nothing. An ejected
+upstream is not offered at all, so it costs requests nothing, unless every upstream of the
+model is ejected: then all those whose probe passes are tried anyway (Envoy's panic mode),
+since refusing without trying helps no one.
 
 Choice (`models[].routing`): `least_request` is power of two choices (Mitzenmacher) on the
 gateway's in-flight count plus the worker's published queue; `round_robin`; `prefix` is
@@ -74,8 +78,9 @@ class Health:
 
     failures: int = 0  # consecutive
     ejected_until: float = 0.0  # 0: in rotation; else ejected (half-open once it has passed)
-    backoff: float = 0.0  # length of the current ejection
+    backoff: float = 0.0  # length of the last ejection; 0 again once a request succeeds
     trial: bool = False  # the one half-open request is out
+    since: int = 0  # ticket at the last change of standing: verdicts on older attempts are stale
     probe_ok: bool = True
     in_flight: int = 0
     queued: float = 0.0  # the worker's own waiting queue, from its /metrics
@@ -84,6 +89,10 @@ class Health:
         if not self.probe_ok:
             return False
         return self.ejected_until == 0.0 or (self.ejected_until <= now and not self.trial)
+
+    def counted(self, now: float) -> bool:
+        """Probed and passing, and in rotation or half-open: what /health counts."""
+        return self.probe_ok and self.ejected_until <= now
 
 
 class Upstreams:
@@ -106,6 +115,7 @@ class Upstreams:
         self.clock = clock
         self.model = model  # for the events it reports
         self.listener: Listener = listener or Quiet()
+        self._tickets = itertools.count(1)
         self._rebuild()
 
     @property
@@ -157,10 +167,10 @@ class Upstreams:
         return [u for u in self._all if self.health[u].available(now)]
 
     def in_rotation(self) -> list[str]:
-        """Upstreams neither ejected (half-open ones included) nor failing their probe: what
+        """Upstreams passing their probe and not ejected (half-open ones included): what
         /health, readiness and the health gauge count."""
-        return [u for u in self._all
-                if self.health[u].probe_ok and not self.health[u].ejected_until]
+        now = self.clock()
+        return [u for u in self._all if self.health[u].counted(now)]
 
     def order(self, key: str | None = None) -> list[str]:
         """Every available upstream once, the policy's choice first: attempt 1 there, retries
@@ -187,53 +197,84 @@ class Upstreams:
         return [first, *rest]
 
     # Request accounting: begin/end bracket an attempt; succeeded/failed judge the worker.
+    # `ticket` is what begin() returned; None (tools, tests): the trial if one is out, else an
+    # attempt begun now.
 
-    def begin(self, url: str) -> None:
+    def begin(self, url: str) -> int:
+        """An attempt starts; its ticket. The first after the backoff is the half-open trial."""
+        ticket = next(self._tickets)
         h = self.health.get(url)
         if h is not None:
             h.in_flight += 1
-            if h.ejected_until:
-                h.trial = True
+            if h.ejected_until and h.ejected_until <= self.clock() and not h.trial:
+                h.trial, h.since = True, ticket
+        return ticket
 
-    def end(self, url: str) -> None:
+    def end(self, url: str, ticket: int | None = None) -> None:
         """An attempt is over; a half-open trial that ended without a verdict (its client
         left) lets the next request try."""
         h = self.health.get(url)
         if h is not None:
             h.in_flight = max(0, h.in_flight - 1)
-            h.trial = False
+            if h.trial and ticket in (None, h.since):
+                h.trial = False
 
-    def succeeded(self, url: str) -> None:
+    def succeeded(self, url: str, ticket: int | None = None) -> None:
         h = self.health.get(url)
-        if h is not None:
-            if h.ejected_until:
-                self.listener.restored(self.model, url)
-            h.failures, h.ejected_until, h.backoff, h.trial = 0, 0.0, 0.0, False
+        if h is None or self._ticket(h, ticket) < h.since:  # began before its ejection
+            return
+        if h.ejected_until:
+            self._restore(url, h)
+        h.failures, h.backoff = 0, 0.0
 
-    def failed(self, url: str) -> bool:
+    def failed(self, url: str, ticket: int | None = None) -> bool:
         """Count a worker failure (never a 4xx); True when it ejected the upstream."""
         h = self.health.get(url)
         if h is None:
             return False
-        h.failures += 1
-        s = self.settings
-        if h.ejected_until:  # a failed half-open trial: out again, for longer
-            h.backoff = min(h.backoff * 2, s.backoff_max)
-        elif h.failures >= s.eject_after:
-            h.backoff = s.backoff
-        else:
+        ticket = self._ticket(h, ticket)
+        if h.ejected_until:  # only its half-open trial's failure: out again, for longer
+            if ticket != h.since:
+                return False
+            return self._eject(url, h, h.backoff * 2)
+        if ticket < h.since:  # began before it was last restored: judged already
             return False
-        h.trial = False
-        h.ejected_until = self.clock() + h.backoff
-        self.listener.ejected(self.model, url, h.backoff)
-        return True
+        h.failures += 1
+        if h.failures < self.settings.eject_after:
+            return False
+        return self._eject(url, h, h.backoff * 2)  # twice as long if no request succeeded since
 
     def probed(self, url: str, ok: bool) -> None:
+        """An active probe's verdict; once the backoff is over it stands for the trial."""
         h = self.health.get(url)
-        if h is not None:
-            if h.probe_ok != ok:
-                self.listener.probe_changed(self.model, url, ok)
-            h.probe_ok = ok
+        if h is None:
+            return
+        if h.probe_ok != ok:
+            self.listener.probe_changed(self.model, url, ok)
+        h.probe_ok = ok
+        if h.ejected_until and h.ejected_until <= self.clock():
+            if ok:
+                self._restore(url, h)
+            else:  # out while its probe fails anyway; reported as a probe change
+                self._eject(url, h, h.backoff * 2, report=False)
+
+    def _ticket(self, h: Health, ticket: int | None) -> int:
+        if ticket is not None:
+            return ticket
+        return h.since if h.trial else next(self._tickets)
+
+    def _eject(self, url: str, h: Health, backoff: float, report: bool = True) -> bool:
+        s = self.settings
+        h.backoff = min(max(backoff, s.backoff), s.backoff_max)
+        h.ejected_until = self.clock() + h.backoff
+        h.trial, h.since = False, next(self._tickets)
+        if report:
+            self.listener.ejected(self.model, url, h.backoff)
+        return True
+
+    def _restore(self, url: str, h: Health) -> None:
+        h.failures, h.ejected_until, h.trial, h.since = 0, 0.0, False, next(self._tickets)
+        self.listener.restored(self.model, url)
 
     def loaded(self, url: str, queued: float) -> None:
         h = self.health.get(url)

@@ -63,13 +63,14 @@ class Opened:
     url: str = ""
     job: Job | None = None  # what a failover needs to ask another worker
     released: bool = False
+    ticket: int | None = None  # its attempt's, from balancer.Upstreams.begin
 
     async def close(self, upstreams: balancer.Upstreams | None) -> None:
         """Close the answer and end its upstream's in-flight count, once."""
         if not self.released:
             self.released = True
             if upstreams is not None:
-                upstreams.end(self.url)
+                upstreams.end(self.url, self.ticket)
             close_now = getattr(self.resp, "close_now", None)  # gateway.http1: never waits
             if close_now is not None:
                 close_now()
@@ -133,15 +134,15 @@ class Pipeline:
         job.tries += 1
         note.attempts += 1
         note.upstream = url
-        ups.begin(url)
+        ticket = ups.begin(url)
         try:
             opened = await self._once(job.route, job.req, url, job.request_id, note)
         except BaseException as exc:
-            ups.end(url)
+            ups.end(url, ticket)
             if isinstance(exc, errors.UpstreamError):
-                ups.failed(url)
+                ups.failed(url, ticket)
             elif isinstance(exc, errors.GatewayError):
-                ups.succeeded(url)  # it answered: a 4xx is the request's fault
+                ups.succeeded(url, ticket)  # it answered: a 4xx is the request's fault
             if isinstance(exc, errors.GatewayError):
                 note.errors.append(f"{url}: {exc.message}"
                                    + (f" ({exc.detail})" if exc.detail else ""))
@@ -149,8 +150,8 @@ class Pipeline:
                     note.observer.end(url, exc)
             raise
         if not opened.more:  # a stream is judged at its end (a break after the first byte
-            ups.succeeded(url)  # counts toward ejection too)
-        opened.url, opened.job = url, job
+            ups.succeeded(url, ticket)  # counts toward ejection too)
+        opened.url, opened.job, opened.ticket = url, job, ticket
         return opened
 
     async def _once(self, route: routing.Route, req: canonical.InferenceRequest, url: str,
@@ -232,10 +233,10 @@ class Pipeline:
                 await pump.Pump(resp, opened.decoder, deliver, seen, self.timeouts.idle).run(
                     drain)
             if ups is not None:
-                ups.succeeded(opened.url)
+                ups.succeeded(opened.url, opened.ticket)
         except (errors.UpstreamBroken, errors.UpstreamTimeout):
             if ups is not None:  # the worker failed after its first byte
-                ups.failed(opened.url)
+                ups.failed(opened.url, opened.ticket)
             raise
         finally:
             await opened.close(ups)
@@ -290,10 +291,10 @@ class Pipeline:
                 if out := opened.decoder.feed(data):
                     yield out
             if opened.job is not None:
-                opened.job.route.upstreams.succeeded(opened.url)
+                opened.job.route.upstreams.succeeded(opened.url, opened.ticket)
         except (errors.UpstreamBroken, errors.UpstreamTimeout):
             if opened.job is not None:  # the worker failed after its first byte
-                opened.job.route.upstreams.failed(opened.url)
+                opened.job.route.upstreams.failed(opened.url, opened.ticket)
             raise
         finally:
             dog.cancel()

@@ -27,6 +27,10 @@ from gateway import config, observability, routing, upstream
 _PR_SET_PDEATHSIG = 1
 RESTART_BASE_SECONDS = 0.5  # backoff 0.5, 1, 2, 4 ... s between restarts
 RESTART_MAX_SECONDS = 30.0
+# A run healthy this long resets that backoff: a crash after it is not part of a crash loop.
+# Long enough to span a worker that crashes under its first load, short next to the kubelet's
+# 10 min (CrashLoopBackOff) since a worker here is its pod's only one in the sidecar topology.
+RESTART_RESET_SECONDS = 60.0
 HEALTH_PERIOD_SECONDS = 5.0  # probes of a running worker
 HEALTH_FAILURES = 3  # consecutive failed probes that take it out of rotation
 
@@ -58,6 +62,8 @@ class ManagedWorker:
         self.proc: asyncio.subprocess.Process | None = None
         self.healthy = asyncio.Event()
         self.restarts = 0
+        self.crashes = 0  # in a row: since the last run that stayed healthy
+        self.healthy_since: float | None = None  # this run's registration (monotonic)
         self._stopping = False
         self._log = observability.logger().bind(worker=cfg.kind, model=cfg.model, port=self.port)
 
@@ -77,8 +83,7 @@ class ManagedWorker:
         """Start, and restart with exponential backoff while the policy says so."""
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_result(self._should_restart),
-            wait=tenacity.wait_exponential(multiplier=RESTART_BASE_SECONDS,
-                                           max=RESTART_MAX_SECONDS),
+            wait=self._restart_delay,
             before_sleep=self._log_restart,
             stop=tenacity.stop_never,
         )
@@ -88,6 +93,11 @@ class ManagedWorker:
         if self._stopping or self.cfg.restart == "never":
             return False
         return self.cfg.restart == "always" or code != 0
+
+    def _restart_delay(self, state: tenacity.RetryCallState) -> float:
+        """0.5, 1, 2 ... 30 s, doubling per crash in a row (a run that stayed healthy for
+        RESTART_RESET_SECONDS starts the count again)."""
+        return min(RESTART_BASE_SECONDS * 2.0 ** max(self.crashes - 1, 0), RESTART_MAX_SECONDS)
 
     def _log_restart(self, state: tenacity.RetryCallState) -> None:
         self.restarts += 1
@@ -102,11 +112,15 @@ class ManagedWorker:
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             start_new_session=True, preexec_fn=die_with_parent)
         self._log.info("worker_started", pid=self.proc.pid, command=self.command())
+        self.healthy_since = None
         pump = asyncio.ensure_future(self._pump(self.proc))
         gate = asyncio.ensure_future(self._gate(time.monotonic() + self.cfg.startup_timeout))
         try:
             return await self.proc.wait()
         finally:
+            stable = (self.healthy_since is not None
+                      and time.monotonic() - self.healthy_since >= RESTART_RESET_SECONDS)
+            self.crashes = 1 if stable else self.crashes + 1
             gate.cancel()
             self.healthy.clear()
             self.route.upstreams.remove(self.url)
@@ -135,6 +149,8 @@ class ManagedWorker:
             await asyncio.sleep(0.1)
         self.route.upstreams.add(self.url)
         self.healthy.set()
+        if deadline is not None:
+            self.healthy_since = time.monotonic()
         self._log.info("worker_healthy")
         failures = 0
         while True:

@@ -9,7 +9,9 @@ worker received), one response id, and usage counting the answer as one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -166,3 +168,35 @@ def test_a_stream_no_worker_can_continue_ends_with_the_error_event(
         "messages": [{"role": "user", "content": "x [[sim tokens=8 drop_after=3]]"}]})
     events = [e for e in r.text.split("\n\n") if e]
     assert '"error"' in events[-2] and events[-1] == "data: [DONE]"
+
+
+def test_a_sidecar_upstream_ejected_once_is_ready_again_without_traffic(
+        tmp_path: Path) -> None:
+    """The sidecar topology: one upstream, /health the readiness probe. One request failing
+    on it (and its retries) ejects it; with no traffic to try it half-open (a pod out of its
+    Service gets none), /health is 200 again once the 1 s backoff is over, and the next
+    active probe restores it (Envoy ends an ejection when its time is up)."""
+    sim, sim_url = procs.simulator(tmp_path, "--tokens", "3")
+    gw, url = procs.gateway(tmp_path, f"""
+server: {{retries: 2, health: {{eject_after: 3, backoff: 1, probe_interval: 0.5}}}}
+default_model: demo
+models: [{{name: demo, backend: vllm, upstreams: [{sim_url}]}}]
+""")
+    try:
+        bad = httpx.post(url + "/v1/chat/completions", timeout=10, json={
+            "model": "demo", "messages": [{"role": "user", "content": "x [[sim fail=503]]"}]})
+        assert bad.status_code >= 500
+        assert httpx.get(url + "/health", timeout=5).status_code == 503  # ejected
+        seen, gauge = [], ""
+        for _ in range(40):  # bounded: 4 s for a 1 s backoff and a 0.5 s probe period
+            seen.append(httpx.get(url + "/health", timeout=5).status_code)
+            gauge = next(line for line in httpx.get(url + "/metrics", timeout=5).text
+                         .splitlines() if line.startswith("gateway_upstream_healthy{"))
+            if seen[-1] == 200 and gauge.endswith(" 1.0"):
+                break
+            time.sleep(0.1)
+        assert seen[-1] == 200 and gauge.endswith(" 1.0"), (seen, gauge)
+        assert "upstream_restored" in gw.output()
+    finally:
+        gw.stop()
+        sim.stop()

@@ -101,6 +101,81 @@ def test_an_always_failing_upstream_gets_one_request_per_backoff_window() -> Non
     assert hits <= 3 + 60 / 4 + 3  # the ejections, then a trial per (capped) 4 s window
 
 
+class Heard(balancer.Quiet):
+    """A listener that keeps the ejections and restorations it hears."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, float]] = []
+
+    def ejected(self, model: str, url: str, backoff: float) -> None:
+        self.events.append(("ejected", backoff))
+
+    def restored(self, model: str, url: str) -> None:
+        self.events.append(("restored", 0.0))
+
+
+def test_once_the_backoff_is_over_health_counts_it_and_a_passing_probe_restores_it() -> None:
+    """One upstream (a sidecar, /health its readiness probe) ejected once: no request may come
+    to try it while it reads as not ready, so the half-open upstream counts for /health and the
+    active probe stands for its trial (Envoy ends an ejection when its time is up)."""
+    ups, clock = ups_with_clock(1)
+    ups.listener = heard = Heard()
+    a = ups.all[0]
+    for _ in range(3):  # one request and its two retries on the only upstream
+        ups.failed(a, ups.begin(a))
+    assert ups.in_rotation() == [] and ups.healthy() == []
+    clock.now += 1.0
+    assert ups.in_rotation() == [a] and ups.healthy() == [a]  # half-open
+    ups.probed(a, True)
+    assert ups.health[a].ejected_until == 0.0 and ups.health[a].failures == 0
+    assert heard.events == [("ejected", 1.0), ("restored", 0.0)]
+    for _ in range(3):  # ejected again: no request succeeded since, so for twice as long
+        ups.failed(a, ups.begin(a))
+    clock.now += 2.0
+    ups.probed(a, False)  # a failing probe after the backoff: out again, twice as long
+    assert ups.health[a].backoff == 4.0 and ups.in_rotation() == []
+    clock.now += 4.0
+    ups.probed(a, True)
+    ticket = ups.begin(a)
+    ups.succeeded(a, ticket)  # a request served: the next ejection starts short again
+    ups.end(a, ticket)
+    for _ in range(3):
+        ups.failed(a, ups.begin(a))
+    assert ups.health[a].backoff == 1.0
+
+
+def test_failures_already_in_flight_at_the_ejection_eject_it_once() -> None:
+    """A burst of 20 concurrent requests fails on one upstream: one ejection for the base
+    backoff, not one per failure (Envoy does not eject an ejected host); only the half-open
+    trial's failure doubles it, whatever older attempts report meanwhile."""
+    ups, clock = ups_with_clock()
+    ups.listener = heard = Heard()
+    a = ups.all[0]
+    burst = [ups.begin(a) for _ in range(20)]
+    for ticket in burst[:10]:
+        ups.failed(a, ticket)
+        ups.end(a, ticket)
+    assert heard.events == [("ejected", 1.0)]
+    clock.now += 1.0
+    trial = ups.begin(a)
+    assert a not in ups.healthy()  # one trial at a time
+    for ticket in burst[10:]:  # the rest of the burst ends during the trial
+        ups.failed(a, ticket)
+        ups.end(a, ticket)
+    assert heard.events == [("ejected", 1.0)] and ups.health[a].trial
+    ups.end(a, trial)  # the pipeline ends an attempt before judging it
+    assert ups.failed(a, trial) is True
+    assert heard.events == [("ejected", 1.0), ("ejected", 2.0)]
+    clock.now += 2.0
+    trial = ups.begin(a)
+    late = ups.begin(a)  # not the trial (all upstreams out, say): its failure is no verdict
+    assert ups.failed(a, late) is False
+    ups.succeeded(a, trial)
+    assert a in ups.in_rotation() and ups.health[a].failures == 0
+    ups.failed(a, late)  # begun before the upstream was restored: judged already
+    assert ups.health[a].failures == 0
+
+
 def test_a_4xx_never_counts_toward_ejection() -> None:
     """Through the pipeline: a worker answering 400 stays in rotation; one refusing
     connections is ejected after three tries and then costs requests nothing."""

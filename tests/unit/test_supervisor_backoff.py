@@ -1,0 +1,54 @@
+"""A managed worker's restart backoff doubles while it crashes in a row and starts again
+from its base after a run that stayed healthy for `RESTART_RESET_SECONDS` (as the kubelet
+resets CrashLoopBackOff after a pod ran long enough)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+import structlog
+
+from gateway import config, routing, supervisor
+
+
+class Healthy:
+    """An upstream client whose probes always pass."""
+
+    async def probe(self, url: str, timeout: float) -> int:
+        return 200
+
+
+async def restart_delays(monkeypatch: pytest.MonkeyPatch, reset: float) -> list[float]:
+    """The waits before the first four restarts of a worker that serves 0.2 s, then exits 1."""
+    monkeypatch.setattr(supervisor, "RESTART_BASE_SECONDS", 0.01)
+    monkeypatch.setattr(supervisor, "RESTART_RESET_SECONDS", reset)
+    cfg = config.Config.model_validate({"models": [{"name": "demo"}],
+                                        "workers": [{"kind": "simulator", "model": "demo"}]})
+    sup = supervisor.Supervisor(cfg, routing.Router(cfg), Healthy())  # type: ignore[arg-type]
+    worker = sup.workers[0]
+    monkeypatch.setattr(worker, "command", lambda: [
+        sys.executable, "-c", "import time; time.sleep(0.2); raise SystemExit(1)"])
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.ensure_future(worker.run())
+        try:
+            async with asyncio.timeout(20):  # bounded: four runs of 0.2 s and their waits
+                while len([e for e in logs if e["event"] == "worker_exited"]) < 4:
+                    await asyncio.sleep(0.02)
+        finally:
+            await worker.stop(1.0)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return [e["restart_in_s"] for e in logs if e["event"] == "worker_exited"][:4]
+
+
+@pytest.mark.anyio
+async def test_crashes_in_a_row_double_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert await restart_delays(monkeypatch, reset=60.0) == [0.01, 0.02, 0.04, 0.08]
+
+
+@pytest.mark.anyio
+async def test_a_run_healthy_for_the_stable_window_resets_the_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert await restart_delays(monkeypatch, reset=0.1) == [0.01, 0.01, 0.01, 0.01]
