@@ -320,7 +320,8 @@ class StatusEndpoint:
         except Exception as exc:  # a bug: logged, answered cleanly
             observability.log_bug("", exc)
             out = self.render_error(errors.GatewayError("internal gateway error"))
-        hdrs = [(b"content-type", out.media_type.encode())]
+        # no media type: no content-type at all (TGI's healthy /health is `()`)
+        hdrs = [(b"content-type", out.media_type.encode())] if out.media_type else []
         hdrs += [(k.encode(), v.encode()) for k, v in out.headers.items()]
         await client.send({"type": "http.response.start", "status": out.status,
                            "headers": hdrs})

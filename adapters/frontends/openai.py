@@ -57,7 +57,8 @@ class OpenAIChatFrontend:
                               elasticsearch=enc.from_elasticsearch(ctx.headers))
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
-        return enc.render_error(exc)
+        """TGI's error form for a request read as TGI's Messages API (tgi_chat.refusal)."""
+        return tgi_chat.refusal(exc) or enc.render_error(exc)
 
 
 class OpenAICompletionsFrontend:

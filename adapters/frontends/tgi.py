@@ -300,10 +300,11 @@ def info(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
 
 
 def health(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
-    """GET /health (and TGI's GET /): 200 with an empty body, or 503 with TGI's ErrorResponse
-    (server.rs `health`) when the default model has no healthy worker."""
+    """GET /health (and TGI's GET /): 200 with an empty body and no content-type (server.rs
+    `health` answers `()`), or 503 with TGI's ErrorResponse when the default model has no
+    healthy worker."""
     if view.default is not None and view.default.healthy:
-        return base.Rendered(200, b"")
+        return base.Rendered(200, b"", media_type="")
     return base.Rendered(503, b'{"error":"unhealthy","error_type":"healthcheck"}')
 
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from adapters import base
 from adapters.backends import vllm
 from adapters.frontends import openai as frontend
+from adapters.frontends import tgi_chat
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -71,8 +72,10 @@ COMMON = {
     "priority": st.integers(-5, 5),  # an extra vLLM field the canonical model does not carry
 }
 chat_request = st.fixed_dictionaries(
-    {"messages": st.lists(message, min_size=1, max_size=3)},
-    optional={**COMMON,
+    # a model other than TGI's placeholders: without one the body is TGI's Messages API
+    {"messages": st.lists(message, min_size=1, max_size=3),
+     "model": text.filter(lambda m: m not in tgi_chat.PLACEHOLDERS)},
+    optional={**{k: v for k, v in COMMON.items() if k != "model"},
               "logprobs": st.booleans(),
               "max_completion_tokens": st.integers(1, 4096),
               "tools": st.lists(tool, max_size=2),

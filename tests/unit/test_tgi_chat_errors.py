@@ -82,8 +82,6 @@ def test_only_refusals_of_tgi_chat_requests_are_rendered_so() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(strict=True, reason="needs OpenAIChatFrontend.render_error (adapters/"
-                   "frontends/openai.py) to answer tgi_chat.refusal(exc) when it is not None")
 async def test_a_refused_tgi_chat_request_through_the_app() -> None:
     with respx.mock(assert_all_called=False) as r:
         resp = await call(r, {"model": "tgi", "messages": MSG, "top_p": 1.0})

@@ -162,6 +162,7 @@ async def test_status_routes() -> None:
     for path in ("/health", "/"):
         ok = await get(path, make_config())
         assert (ok.status_code, ok.content) == (200, b"")
+        assert "content-type" not in ok.headers  # server.rs `health` answers `()`
         bad = await get(path, down)
         assert bad.status_code == 503
         assert bad.content == b'{"error":"unhealthy","error_type":"healthcheck"}'
