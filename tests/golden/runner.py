@@ -85,9 +85,11 @@ TARGET = base.Target("http://worker:8000", "meta-llama/Llama-3.1-8B-Instruct")
 
 
 def head(status: int, media_type: str, headers: Mapping[str, str]) -> bytes:
-    """A transcript's head: status, media type, then the other headers sorted."""
+    """A transcript's head: status, media type (none sent: no line), then the other headers
+    sorted."""
     lines = "".join(f"{k}: {v}\n" for k, v in sorted(headers.items()))
-    return f"status: {status}\ncontent-type: {media_type}\n{lines}\n".encode()
+    ctype = f"content-type: {media_type}\n" if media_type else ""
+    return f"status: {status}\n{ctype}{lines}\n".encode()
 
 
 def rendered(r: base.Rendered) -> bytes:
