@@ -10,10 +10,13 @@ Inference and status routes are called with the request itself (a `gateway.peer.
 paths from `FastPaths.native`, path-parameter routes by `FastPaths.match` (Starlette's own
 matching); everything else (404/405, /metrics) goes to the Starlette app as plain ASGI.
 Behaviour at the wire: keep-alive and pipelining (requests answered in order), `Expect:
-100-continue`, chunked and Content-Length bodies (both at once: 400), HTTP/1.0 (close-delimited
-streams), HEAD, a 431 for a head past `MAX_HEAD_BYTES`, a 408 for a head not in within
+100-continue`, chunked and Content-Length bodies (both at once: 400; another transfer coding:
+501), HTTP/1.0 (close-delimited streams), HEAD, a 400 for an HTTP/1.1 request without exactly one
+Host, a 431 for a head past `MAX_HEAD_BYTES`, a 408 for a head not in within
 `timeouts.request_read`, an idle keep-alive connection closed after `timeouts.keep_alive`, and
 writes that wait for a slow reader (transport flow control) instead of buffering without bound.
+Nothing after a request that ends the connection is read as a request (RFC 9112 section 9.6),
+and bytes that do not parse never cut an answer under way: it is finished first, then the 400.
 """
 
 from __future__ import annotations
@@ -33,8 +36,13 @@ Message = MutableMapping[str, Any]
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers; past it: 431
 
 
-class _HeadTooLarge(Exception):
-    pass
+class _Refused(Exception):
+    """A request head refused before it reaches a route: the status and text it is answered."""
+
+    def __init__(self, status: int, text: str):
+        super().__init__(text)
+        self.status = status
+        self.text = text
 
 
 Endpoint = Callable[[Cycle], Awaitable[None]]
@@ -73,10 +81,14 @@ class Connection(asyncio.Protocol):
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._head_size = 0
+        self._hosts = 0  # Host header lines in the head being parsed
+        self._coded = False  # it names a transfer coding other than chunked
         self._timer: deadline.Timeouts | None = None  # the one this connection is armed in
         self._paused = False
         self._closed = False
         self._upgraded = False  # the parser stopped at an Upgrade request (we do not follow)
+        self._ended = False  # no more requests are parsed: upgraded, a final one, a bad one
+        self._refusal: bytes | None = None  # sent, then the close, once the answers are done
         self._raw_left = 0  # that request's body bytes still to come
 
     # ---------------------------------------------------------------- transport events
@@ -101,20 +113,21 @@ class Connection(asyncio.Protocol):
             self._drained.set_result(None)
 
     def data_received(self, data: bytes) -> None:
-        if self._upgraded:
-            self._after_upgrade(data)
-            return
+        if self._ended:
+            if self._upgraded:
+                self._after_upgrade(data)
+            return  # RFC 9112 section 9.6: nothing after a final request is processed
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
             # Not a protocol we speak (`curl --http2` asks for h2c): the request is answered
             # over HTTP/1.1 and the connection closed after it. The parser takes what follows
             # the head for the new protocol; a body the request declared is still its body.
-            self._upgraded = True
+            self._upgraded = self._ended = True
             self._after_upgrade(data[exc.args[0]:])
         except httptools.HttpParserCallbackError as exc:
-            if isinstance(exc.__context__, _HeadTooLarge):
-                self._reject(431, "Request header fields too large")
+            if isinstance(refused := exc.__context__, _Refused):
+                self._reject(refused.status, refused.text)
             else:  # a request target no URL parser takes, say
                 observability.logger().warning("invalid_http_request",
                                                reason=repr(exc.__context__),
@@ -147,23 +160,32 @@ class Connection(asyncio.Protocol):
         self._url = b""
         self._headers = []
         self._head_size = 0
+        self._hosts = 0
+        self._coded = False
         self._arm(self.server.head_timeout, self._head_timeout)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
         self._head_size += len(url)
         if self._head_size > MAX_HEAD_BYTES:
-            raise _HeadTooLarge
+            raise _Refused(431, "Request header fields too large")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_size += len(name) + len(value) + 4
         if self._head_size > MAX_HEAD_BYTES:
-            raise _HeadTooLarge
-        self._headers.append((name.lower(), value))
+            raise _Refused(431, "Request header fields too large")
+        low = name.lower()
+        if low == b"host":
+            self._hosts += 1
+        elif low == b"transfer-encoding" and value.strip().lower() != b"chunked":
+            self._coded = True  # gzip, identity, ...: chunked is the only coding read here
+        self._headers.append((low, value))
 
     def on_headers_complete(self) -> None:
         self._disarm()
         parser = self.parser
+        if self._hosts != 1 or self._coded:
+            self._check_head()
         url = httptools.parse_url(self._url)
         cycle = Cycle(self, parser.get_method().decode("ascii"), url.path or b"/",
                       url.query or b"", self._headers, parser.get_http_version(),
@@ -174,6 +196,14 @@ class Connection(asyncio.Protocol):
         else:  # pipelined: answered after the one before it; stop reading meanwhile
             self.queued.append(cycle)
             self.pause_reading()
+
+    def _check_head(self) -> None:
+        # RFC 9112 section 6.1: a transfer coding the server does not understand SHOULD get 501
+        if self._coded:
+            raise _Refused(501, "Transfer coding not implemented")
+        # RFC 9112 section 3.2: MUST 400 an HTTP/1.1 request without Host or with more than one
+        if self._hosts > 1 or self.parser.get_http_version() != "1.0":
+            raise _Refused(400, "A request needs exactly one Host header")
 
     def on_body(self, body: bytes) -> None:
         if self.parsing is not None:
@@ -191,6 +221,8 @@ class Connection(asyncio.Protocol):
                 return  # the body comes after the head as "upgraded" bytes
         cycle.on_complete()
         self.parsing = None
+        if not cycle.keep_alive:
+            self._ended = True  # the last request on this connection (Connection: close, 1.0)
 
     def _after_upgrade(self, data: bytes) -> None:
         """Bytes after a head asking for another protocol: the declared body, then nothing."""
@@ -246,6 +278,10 @@ class Connection(asyncio.Protocol):
             self._start(self.queued.popleft())
             self.resume_reading()  # its body may still be on the way
             return
+        if self._refusal is not None:  # the bytes after the requests answered did not parse
+            self.write(self._refusal)
+            self.close()
+            return
         self.resume_reading()
         self._arm(self.server.keep_alive_timeout, self._idle_timeout)
 
@@ -276,11 +312,22 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def _reject(self, status: int, text: str) -> None:
-        """A request that cannot be parsed: answered (unless an answer is under way) and the
-        connection closed."""
-        if self.current is None:
+        """A request that cannot be parsed: nothing more is parsed; it is answered now when no
+        answer is under way, else once the requests before it are answered (RFC 9112 section
+        9.3.2), then the connection is closed. After a final request it is ignored (9.6)."""
+        if self._ended:
+            return
+        self._ended = True  # not paused: a client that goes away must still be seen
+        cycle, broken = self.current, self.parsing
+        self.parsing = None
+        if cycle is None or (broken is cycle and not cycle.started):
             self.write(plain_response(status, text))
-        self.close()
+            self.close()
+        elif broken is not cycle:  # a later request: refused in its turn; a queued one with it
+            if broken is not None:
+                self.queued.remove(broken)
+            self._refusal = plain_response(status, text)
+        # else the answer under way (given before its whole body came) ends the connection
 
     def _arm(self, delay: float, fn: Callable[[], None]) -> None:
         if self._timer is not None:

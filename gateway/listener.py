@@ -3,8 +3,9 @@
 Order (the lifecycle log events of `gateway serve`): the lifespan starts the app (managed
 workers, `ready`), then the socket listens (`listening`). SIGTERM or SIGINT logs `drain`: the
 socket stops accepting, idle keep-alive connections close, answers under way get up to
-`server.drain_seconds` to finish (each then closes its connection), what is left after that
-is cut, and the lifespan's shutdown runs (`stop`).
+`server.drain_seconds` to finish (each then closes its connection); what is left after that is
+cancelled, which the endpoint tells its client (a 503, or the protocol's in-band error and the
+stream's end), given `CUT_GRACE` to be written, and the lifespan's shutdown runs (`stop`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 from gateway import config, http_server, observability
 
 BACKLOG = 2048
+CUT_GRACE = 1.0  # seconds for answers cut at the drain's end to write their error and close
 
 Scope = MutableMapping[str, Any]
 Asgi = Callable[[Scope, Any, Any], Awaitable[None]]
@@ -114,7 +116,8 @@ class Server:
             await asyncio.gather(*(srv.wait_closed() for srv in servers), return_exceptions=True)
 
     async def _drain(self) -> None:
-        """Idle connections close now; answers under way get `drain_seconds`, then are cut."""
+        """Idle connections close now; answers under way get `drain_seconds`, then are cut:
+        cancelled first, so that each ends with its protocol's error, then closed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.drain_seconds
         for conn in list(self.connections):
@@ -123,9 +126,10 @@ class Server:
         while self.connections and loop.time() < deadline:
             await asyncio.sleep(0.05)
         tasks = [c.task for c in self.connections if c.task is not None]
+        if tasks:
+            observability.logger().warning("drain_expired", cut=len(tasks))
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks, timeout=CUT_GRACE)
         for conn in list(self.connections):
             conn.close()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=5)

@@ -4,12 +4,14 @@ Body (bounded in size and time) -> frontend.parse -> route -> backend.check -> p
 -> headers only once the first events are in -> one send per upstream read -> terminator.
 Every failure is rendered by the calling protocol's frontend: as a whole error response
 before the first byte, in-band after it. A client that disconnects cancels the exchange, which
-closes the upstream connection at once.
+closes the upstream connection at once; so does a shutdown whose drain time ran out, which the
+client is told of as a 503 or in-band.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -36,6 +38,14 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 Exchange = exchange.Exchange
+
+# What a request still under way is told when the server's drain time runs out (SIGTERM).
+SHUTTING_DOWN = "the gateway is shutting down; retry the request"
+# RFC 9110 section 11.6.1: a 401 MUST carry a challenge; one for each scheme `check_key` takes
+# on every route. Schemes are case-insensitive (11.1); spelled as RFC 6750 spells Bearer and as
+# Elasticsearch's security plugin spells ApiKey in its own 401s (x-pack Security.java).
+_SPELLING = {"bearer": "Bearer", "apikey": "ApiKey"}
+CHALLENGE = ", ".join(_SPELLING.get(s, s) for s in sorted(registry.AUTH_SCHEMES, reverse=True))
 
 
 @dataclass
@@ -86,6 +96,10 @@ class ProtocolEndpoint:
             await self._watched(self._exchange(translator, x, client), client, x)
         except errors.GatewayError as exc:
             await self._fail(exc, x, send, answerer)
+        except asyncio.CancelledError:  # the server's drain ran out (gateway.listener)
+            await self._fail(errors.UpstreamUnavailable(SHUTTING_DOWN), x, send, answerer)
+            x.outcome = "shutdown"
+            raise
         except Exception as exc:  # a bug: logged with its traceback, answered cleanly
             observability.log_bug(rid, exc)
             x.error_type = "internal"
@@ -170,23 +184,24 @@ class ProtocolEndpoint:
             else:
                 await client.drain()  # type: ignore[attr-defined]
 
+        cut: asyncio.CancelledError | None = None
         try:
             await self.services.pipeline.stream(opened, emit, drain)
             tail = enc.finish()
             # Workers end a stream with its finish and usage: its last two reads, not each one.
             x.finish_reasons = [e.reason for e in (*ends[0], *ends[1])
                                 if isinstance(e, ev.Finish)]
-        except errors.GatewayError as exc:  # after the first byte: in-band, never a quiet cut
-            x.error, x.outcome = logged(exc), "upstream_error"
-            x.error_type = telemetry.error_type(exc)
-            tail = enc.fail(exc)
-        except Exception as exc:
-            observability.log_bug(x.request_id, exc)
-            x.error, x.outcome, x.error_type = str(exc), "bug", "internal"
-            tail = enc.fail(errors.GatewayError("internal gateway error"))
+        except (Exception, asyncio.CancelledError) as exc:  # in-band, never a quiet cut
+            if isinstance(exc, asyncio.CancelledError):
+                if x.outcome == "client_closed":
+                    raise
+                cut = exc  # the server's drain ran out: told, then cancelled all the same
+            tail = enc.fail(ended_by(exc, x))
         x.finishing = True
         await client.send({"type": "http.response.body", "body": b"".join([*pending, tail]),
                            "more_body": False})
+        if cut is not None:
+            raise cut
 
     async def _whole(self, t: base.Translator, meta: base.ResponseMeta,
                      opened: pipeline.Opened, x: Exchange, send: Send) -> None:
@@ -222,10 +237,32 @@ class ProtocolEndpoint:
             x.outcome = "client_error" if isinstance(exc, errors.RequestError) else "error"
         if x.head_sent:
             return
+        out = answerer.render_error(exc)
+        if isinstance(exc, errors.Unauthorized):
+            out = unauthorized(out)
         try:
-            await self._whole_response(answerer.render_error(exc), x, send)
+            await self._whole_response(out, x, send)
         except OSError:  # the client is gone; nothing left to tell it
             x.outcome = x.error_type = "client_closed"
+
+
+def ended_by(exc: BaseException, x: Exchange) -> errors.GatewayError:
+    """What ended a stream after its first byte, as the in-band error it is told with; the
+    exchange notes it for the log line."""
+    if isinstance(exc, errors.GatewayError):
+        x.error, x.outcome, x.error_type = logged(exc), "upstream_error", telemetry.error_type(exc)
+        return exc
+    if isinstance(exc, asyncio.CancelledError):
+        x.error, x.outcome, x.error_type = SHUTTING_DOWN, "shutdown", "shutdown"
+        return errors.UpstreamUnavailable(SHUTTING_DOWN)
+    observability.log_bug(x.request_id, exc)
+    x.error, x.outcome, x.error_type = str(exc), "bug", "internal"
+    return errors.GatewayError("internal gateway error")
+
+
+def unauthorized(out: base.Rendered) -> base.Rendered:
+    """A 401 with its `WWW-Authenticate` challenge (each route takes every scheme)."""
+    return dataclasses.replace(out, headers={**out.headers, "www-authenticate": CHALLENGE})
 
 
 def logged(exc: errors.GatewayError) -> str:
@@ -315,6 +352,8 @@ class StatusEndpoint:
             if _guarded(client.path):
                 check_key(self.services.keys, headers)
             out = self.answer(self.view(), ctx)
+        except errors.Unauthorized as exc:
+            out = unauthorized(self.render_error(exc))
         except errors.GatewayError as exc:
             out = self.render_error(exc)
         except Exception as exc:  # a bug: logged, answered cleanly

@@ -100,13 +100,7 @@ class Conn:
         if te is not None:
             assert te.lower() == "chunked", te
             resp.framing = "chunked"
-            while True:
-                size = int(self._until(b"\r\n").split(b";")[0], 16)
-                data = self._exactly(size + 2)
-                assert data.endswith(b"\r\n"), f"chunk not followed by CRLF: {data[-10:]!r}"
-                if size == 0:
-                    break  # no trailers are sent by the gateway: the 0-chunk ends with CRLF
-                resp.chunks.append(data[:-2])
+            resp.chunks = self.chunks_to_end()
             resp.body = b"".join(resp.chunks)
         elif (length := resp.header("content-length")) is not None:
             resp.framing, resp.body = "length", self._exactly(int(length))
@@ -116,6 +110,18 @@ class Conn:
                 pass
             resp.body, self.buf = self.buf, b""
         return resp
+
+    def chunks_to_end(self) -> list[bytes]:
+        """The data of the chunks still to come in a chunked body, up to its 0-length last
+        chunk (consumed, not returned)."""
+        chunks = []
+        while True:
+            size = int(self._until(b"\r\n").split(b";")[0], 16)
+            data = self._exactly(size + 2)
+            assert data.endswith(b"\r\n"), f"chunk not followed by CRLF: {data[-10:]!r}"
+            if size == 0:
+                return chunks  # no trailers are sent by the gateway: the 0-chunk ends with CRLF
+            chunks.append(data[:-2])
 
     def first_chunk(self) -> bytes:
         """After `head()` of a chunked response: the first chunk's data."""

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.integration import procs
+from tests.integration import procs, rawhttp
 
 pytestmark = pytest.mark.integration
 
@@ -140,3 +140,39 @@ def test_sigterm_lets_an_in_flight_stream_finish(tmp_path) -> None:  # type: ign
     assert events[-1] == "data: [DONE]" and not any('"error"' in e for e in events)
     assert sum('"content":"' in e and '"content":""' not in e for e in events) == 8
     assert code in (0, -signal.SIGTERM)
+
+
+DRAIN_CONFIG = """
+server: {drain_seconds: 1}
+default_model: demo
+models:
+  - {name: demo, backend: vllm}
+workers:
+  - {kind: simulator, model: demo}
+"""
+
+
+def test_a_stream_the_drain_time_runs_out_on_ends_in_band(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SPEC: never a silent truncation, shutdown included. A stream still running when
+    `server.drain_seconds` ends gets the protocol's in-band error, `[DONE]` and the last chunk
+    before its connection closes; its log line says `shutdown`, not `client_closed`."""
+    proc, url = procs.gateway(tmp_path, DRAIN_CONFIG)
+    host, port = url.removeprefix("http://").split(":")
+    body = rawhttp.chat(stream=True, content="slow [[sim itl_ms=100]]", max_tokens=200)
+    try:
+        with rawhttp.Conn((host, int(port))) as c:
+            c.send(rawhttp.request("POST", rawhttp.CHAT, body, {"X-Request-Id": "cut-by-drain"}))
+            assert c.head().status == 200
+            c.first_chunk()
+            proc.popen.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            rest = b"".join(c.chunks_to_end())  # each recv bounded by rawhttp.TIMEOUT
+            assert time.monotonic() - started < 1 + 3  # drain_seconds, then the cut at once
+            assert c.buf == b"" and c.closed_by_peer(2.0)
+        assert rest.endswith(b"data: [DONE]\n\n"), rest[-300:]
+        assert b'"error"' in rest and b"shutting down" in rest, rest[-300:]
+        proc.popen.wait(10)
+    finally:
+        proc.stop(signal.SIGTERM)
+    lines = [ln for ln in proc.log.read_text().splitlines() if '"cut-by-drain"' in ln]
+    assert len(lines) == 1 and '"outcome":"shutdown"' in lines[0], lines

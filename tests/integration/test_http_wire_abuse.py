@@ -200,3 +200,99 @@ def test_client_closing_mid_stream_is_logged_and_others_are_served(gw: Gateway) 
         mine = [r for r in gw.log_records() if r.get("request_id") == rid]
         time.sleep(0.05)
     assert [r["outcome"] for r in mine] == ["client_closed"], mine
+
+
+BAD_LINE = b"NOT A REQUEST LINE\r\n\r\n"
+
+
+@pytest.mark.parametrize("after", [
+    BAD_LINE,
+    request("POST", CHAT, headers={"Transfer-Encoding": "chunked"}) + b"zz\r\n",
+], ids=["bad-request-line", "bad-chunk-size"])
+def test_bytes_that_do_not_parse_wait_for_the_answer_before_them(gw: Gateway,
+                                                                  after: bytes) -> None:
+    """RFC 9112 section 9.3.2: pipelined requests are answered in order. A request that does
+    not parse, in the same packet as a good one, gets its 400 only after the good one's whole
+    answer; then the connection closes."""
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, chat()) + after)
+        r = c.response()
+        assert r.status == 200 and json.loads(r.body)["choices"], r.body[:300]
+        assert refused(c) is not None
+
+
+@pytest.mark.parametrize("close", [False, True], ids=["keep-alive", "connection-close"])
+def test_bytes_that_do_not_parse_never_cut_a_stream(gw: Gateway, close: bool) -> None:
+    """SPEC.md: a stream is never cut silently. Bad bytes sent while a stream is under way
+    wait for its end (`[DONE]`, the last chunk), then get their 400 (RFC 9112 section 9.3.2);
+    after a request with `Connection: close` nothing more is read (section 9.6): no 400."""
+    body = chat(stream=True, content="slow [[sim itl_ms=100]]", max_tokens=8)
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, body, {"Connection": "close"} if close else None))
+        assert c.head().status == 200
+        first = c.first_chunk()
+        c.send(BAD_LINE)
+        rest = c.chunks_to_end()
+        assert b"".join([first, *rest]).endswith(b"data: [DONE]\n\n"), rest[-2:]
+        if close:
+            assert c.buf == b"" and c.closed_by_peer(2.0)
+        else:
+            assert refused(c) is not None
+
+
+@pytest.mark.parametrize("after", [request("GET", "/health"), BAD_LINE],
+                         ids=["request", "bad-bytes"])
+def test_nothing_after_a_request_with_connection_close_is_read(gw: Gateway,
+                                                                after: bytes) -> None:
+    """RFC 9112 section 9.6: after a request with `Connection: close` the server sends its
+    answer and processes no further request: the answer comes whole, then the close; what
+    followed in the same packet is not answered."""
+    with Conn(gw.addr) as c:
+        c.send(request("GET", "/v1/models", headers={"Connection": "close"}) + after)
+        r = c.response("GET")
+        assert r.status == 200 and json.loads(r.body)["data"], r.body[:300]
+        assert c.buf == b"" and c.closed_by_peer(2.0)
+
+
+@pytest.mark.parametrize("chunks", [
+    b"zz\r\n", b"-5\r\n", b"f" * 18 + b"\r\n", b"5\r\n0123456789\r\n",
+], ids=["not-hex", "negative", "overflow", "longer-than-its-size"])
+def test_malformed_chunked_body_is_400(gw: Gateway, chunks: bytes) -> None:
+    """RFC 9112 section 7.1: a chunked body that does not parse, before any answer began, is
+    a 400 and the connection closed; never a bare close (a proxy in front reports that as a
+    502 of ours)."""
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, headers={"Transfer-Encoding": "chunked"}) + chunks)
+        assert refused(c) is not None
+    served(gw)
+
+
+@pytest.mark.parametrize("coding", ["identity", "gzip, chunked"])
+def test_a_transfer_coding_other_than_chunked_is_501(gw: Gateway, coding: str) -> None:
+    """RFC 9112 section 6.1: a server that receives a transfer coding it does not understand
+    SHOULD answer 501; a gzip-coded body is never read as if it were plain JSON."""
+    body = chat()
+    before = requests_logged(gw)
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, chunked(body) if "chunked" in coding else body,
+                       {"Transfer-Encoding": coding}))
+        r = c.response()
+        assert r.status == 501, (r.status, r.body[:300])
+        assert c.buf == b"" and c.closed_by_peer(2.0)
+    time.sleep(0.3)  # a request that did reach the app would be logged by now
+    assert requests_logged(gw) == before
+
+
+@pytest.mark.parametrize("head", [
+    b"GET /health HTTP/1.1\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+], ids=["no-host", "two-hosts"])
+def test_http11_request_without_exactly_one_host_is_400(gw: Gateway, head: bytes) -> None:
+    """RFC 9112 section 3.2: a server MUST answer 400 to an HTTP/1.1 request without a Host
+    field line or with more than one; HTTP/1.0 may leave Host out."""
+    with Conn(gw.addr) as c:
+        c.send(head)
+        assert refused(c) is not None
+    with Conn(gw.addr) as c:
+        c.send(b"GET /health HTTP/1.0\r\n\r\n")
+        assert c.response("GET").status == 200
