@@ -10,7 +10,9 @@ and gets one request, the trial, whose success or a passing active probe restore
 its failure or a failing probe ejects it again for twice as long. Each attempt carries a ticket
 from `begin`, so that attempts already in flight when the upstream was ejected (or restored)
 are not judged again: a burst of failures is one ejection, as Envoy never ejects an ejected
-host. A failure of an ejected upstream outside its trial counts for nothing. An ejected
+host. A failure of an ejected upstream outside its trial counts for nothing. Static upstreams
+are pending until their first probe, which runs at once: routed to, but not yet counted for
+/health (Envoy's PENDING_ACTIVE_HC). An ejected
 upstream is not offered at all, so it costs requests nothing, unless every upstream of the
 model is ejected: then all those whose probe passes are tried anyway (Envoy's panic mode),
 since refusing without trying helps no one.
@@ -27,6 +29,7 @@ import ipaddress
 import itertools
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 from urllib.parse import urlsplit
@@ -81,18 +84,18 @@ class Health:
     backoff: float = 0.0  # length of the last ejection; 0 again once a request succeeds
     trial: bool = False  # the one half-open request is out
     since: int = 0  # ticket at the last change of standing: verdicts on older attempts are stale
-    probe_ok: bool = True
+    probe_ok: bool | None = True  # None: not probed yet (a static upstream at startup)
     in_flight: int = 0
     queued: float = 0.0  # the worker's own waiting queue, from its /metrics
 
     def available(self, now: float) -> bool:
-        if not self.probe_ok:
+        if self.probe_ok is False:
             return False
         return self.ejected_until == 0.0 or (self.ejected_until <= now and not self.trial)
 
     def counted(self, now: float) -> bool:
         """Probed and passing, and in rotation or half-open: what /health counts."""
-        return self.probe_ok and self.ejected_until <= now
+        return self.probe_ok is True and self.ejected_until <= now
 
 
 class Upstreams:
@@ -115,6 +118,7 @@ class Upstreams:
         self.clock = clock
         self.model = model  # for the events it reports
         self.listener: Listener = listener or Quiet()
+        self.on_pending: Callable[[], None] = lambda: None  # a static upstream awaits its probe
         self._tickets = itertools.count(1)
         self._rebuild()
 
@@ -158,8 +162,16 @@ class Upstreams:
                     out.append(u)
         self._static_all = list(out)
         self._all = out + [u for u in self._managed if u not in out]
-        self.health = {u: self.health.get(u) or Health() for u in self._all}
+        # managed workers come in gated by their supervisor's probe; static ones await theirs
+        self.health = {u: self.health.get(u) or Health(probe_ok=None if u in out else True)
+                       for u in self._all}
         self.ring = affinity.Ring(self._all)
+        if self.pending():
+            self.on_pending()
+
+    def pending(self) -> list[str]:
+        """Static upstreams not probed yet."""
+        return [u for u in self._static_all if self.health[u].probe_ok is None]
 
     def healthy(self) -> list[str]:
         """Upstreams a request may be sent to now (a half-open one counts until its trial)."""
@@ -175,7 +187,8 @@ class Upstreams:
     def order(self, key: str | None = None) -> list[str]:
         """Every available upstream once, the policy's choice first: attempt 1 there, retries
         after. `key` is the prompt's leading text, used by `prefix` only."""
-        urls = self.healthy() or [u for u in self._all if self.health[u].probe_ok]  # panic
+        urls = self.healthy() or [u for u in self._all
+                                  if self.health[u].probe_ok is not False]  # panic
         if len(urls) < 2:
             return urls
         if self.policy == "least_request":
@@ -249,7 +262,7 @@ class Upstreams:
         h = self.health.get(url)
         if h is None:
             return
-        if h.probe_ok != ok:
+        if h.probe_ok != ok and (h.probe_ok is not None or not ok):
             self.listener.probe_changed(self.model, url, ok)
         h.probe_ok = ok
         if h.ejected_until and h.ejected_until <= self.clock():

@@ -2,9 +2,11 @@
 
 Static and DNS-expanded upstreams are probed on their worker protocol's health route
 (`Backend.health_path`: vLLM, trtllm-serve and TGI `/health`, Triton `/v2/health/ready`);
-managed workers are probed by their supervisor. A new upstream is trusted until its first
-probe, one interval after it appears (as Envoy does without `ignore_new_hosts_until_first_hc`),
-so startup waits on nothing; passive ejection covers the gap. For `least_request`, each
+managed workers are probed by their supervisor. A new upstream (at startup, or found in DNS)
+is probed at once; until then requests are routed to it (as Envoy does without
+`ignore_new_hosts_until_first_hc`), so startup waits on nothing, but /health does not count it
+yet (Envoy's PENDING_ACTIVE_HC): a gateway whose upstreams are all dead is never ready.
+Later rounds follow every `probe_interval` (plus jitter). For `least_request`, each
 worker's queue gauges (`Backend.load_gauges`) are read from its /metrics on another period,
 while the model has more than one upstream to choose from.
 """
@@ -12,6 +14,7 @@ while the model has more than one upstream to choose from.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Iterable
 
@@ -20,9 +23,9 @@ from gateway import balancer, config, routing, upstream
 
 
 async def probe(client: upstream.UpstreamClient, ups: balancer.Upstreams, path: str,
-                timeout: float) -> None:
-    """One pass over the static upstreams; a change of verdict is reported."""
-    urls = list(ups.static)
+                timeout: float, urls: list[str] | None = None) -> None:
+    """One pass over the static upstreams (or `urls`); a change of verdict is reported."""
+    urls = list(ups.static) if urls is None else urls
     codes = await asyncio.gather(*(client.probe(u + path, timeout) for u in urls),
                                  return_exceptions=True)  # a client bug is a failed probe
     for url, code in zip(urls, codes, strict=True):
@@ -76,24 +79,31 @@ async def scrape(client: upstream.UpstreamClient, ups: balancer.Upstreams,
 
 async def watch(route: routing.Route, client: upstream.UpstreamClient,
                 settings: config.HealthConfig) -> None:
-    """Probe and scrape one model's upstreams until cancelled."""
+    """Probe and scrape one model's upstreams until cancelled: a first round at once, and
+    new upstreams (DNS) as soon as they appear."""
     path = route.backend.health_path()
     gauges = route.backend.load_gauges() if route.upstreams.policy == "least_request" else None
     loop = asyncio.get_running_loop()
+    pending = asyncio.Event()
+    route.upstreams.on_pending = pending.set
     jitter = random.uniform(0, 0.1 * settings.probe_interval)  # keep gateways out of step
-    next_probe = loop.time() + settings.probe_interval + jitter
+    next_probe = loop.time()
     next_scrape = loop.time() + settings.load_interval
     while True:
+        pending.clear()
         now = loop.time()
         if now >= next_probe:
             await probe(client, route.upstreams, path, settings.probe_timeout)
-            next_probe = now + settings.probe_interval
+            next_probe, jitter = now + settings.probe_interval + jitter, 0.0
+        elif fresh := route.upstreams.pending():
+            await probe(client, route.upstreams, path, settings.probe_timeout, fresh)
         if gauges is not None and now >= next_scrape:
             if len(route.upstreams.all) > 1:  # with one upstream there is nothing to choose
                 await scrape(client, route.upstreams, gauges, settings.probe_timeout)
             next_scrape = now + settings.load_interval
         due = next_probe if gauges is None else min(next_probe, next_scrape)
-        await asyncio.sleep(max(0.0, due - loop.time()))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(pending.wait(), max(0.0, due - loop.time()))
 
 
 def start(routes: Iterable[routing.Route], client: upstream.UpstreamClient,

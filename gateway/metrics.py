@@ -262,7 +262,9 @@ def restored(model: str, upstream: str) -> None:
 
 def declare(router: Router) -> None:
     """Series that exist from startup at zero, so dashboards and alerts see them before the
-    first request (Prometheus' advice for known label values)."""
+    first request (Prometheus' advice for known label values). A new router has ejected
+    nothing yet."""
+    _ejected.clear()
     for route in router.routes.values():
         IN_FLIGHT.labels(route.name)
         for url in route.upstreams.all:

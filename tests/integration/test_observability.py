@@ -159,7 +159,10 @@ def test_request_lines_are_levelled_by_outcome(run: Run) -> None:
     by_status = {(r["status"], r["level"]) for r in requests if r["model"] != "sim"}
     assert by_status == {(200, "info"), (404, "info"), (503, "warning")}
     dead = next(r for r in requests if r["status"] == 503)
-    assert dead["error_type"] == "UpstreamUnavailable" and len(dead["upstream_errors"]) == 3
+    # its one upstream failed the probe made at startup: not tried, or tried 3 times (retries)
+    # had the request come first
+    assert dead["error_type"] == "UpstreamUnavailable"
+    assert len(dead.get("upstream_errors", [])) in (0, 3)
 
 
 def test_the_worker_sees_the_clients_trace_context(run: Run) -> None:

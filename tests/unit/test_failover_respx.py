@@ -91,6 +91,7 @@ def test_each_backend_decides_what_it_can_continue() -> None:
 async def test_streams_breaking_after_the_first_byte_count_toward_ejection() -> None:
     cfg = harness.make_config(failover_attempts=0)
     with respx.mock(assert_all_called=True) as r:
+        harness.healthy(r)
         bad = r.post(f"{UP1}/v1/chat/completions").mock(side_effect=lambda _: httpx.Response(
             200, stream=harness.Broken([HEAD])))
         r.post(f"{UP2}/v1/chat/completions").mock(side_effect=lambda _: httpx.Response(

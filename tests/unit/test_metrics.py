@@ -20,6 +20,7 @@ from prometheus_client import parser
 
 from gateway import app as gateway_app
 from gateway import config, metrics, upstream
+from tests.unit import test_pipeline_respx as harness
 from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, WHOLE_OK, make_config
 
 STREAM_USAGE = (
@@ -149,8 +150,10 @@ async def test_failures_count_attempts_retries_and_error_types() -> None:
 async def test_failovers_and_ejections_per_upstream() -> None:
     """The routing code's calls, made directly: counters per upstream, health 1 -> 0 -> 1."""
     with respx.mock(assert_all_called=False) as r:
+        harness.healthy(r)
         s = Scraper(r)
         async with s.app.router.lifespan_context(s.app), s.client:
+            await asyncio.sleep(0.05)  # the first probe, at start
             b = await s.scrape()
             metrics.failover("demo", UP2)
             metrics.ejected("demo", UP1)

@@ -5,6 +5,7 @@ the Messages API's placeholder models, and the status routes."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ from gateway import app as gateway_app
 from gateway import config, upstream
 from tests.golden import runner
 from tests.golden.test_tgi_golden import GOLDEN_SEED
+from tests.unit import test_pipeline_respx
 from tests.unit.test_pipeline_respx import Broken, call, make_config
 
 COMPLETIONS = r"http://up[12]:8000/v1/completions"
@@ -149,10 +151,13 @@ async def get(path: str, cfg: config.Config) -> httpx.Response:
         return upstream.HttpxClient(httpx.AsyncClient())
 
     app = gateway_app.build_app(cfg, factory)
-    async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://gw") as client:
-            return await client.get(path)
+    with respx.mock(assert_all_called=False) as r:
+        test_pipeline_respx.healthy(r)
+        async with app.router.lifespan_context(app):
+            await asyncio.sleep(0.05)  # the first probe, at start
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://gw") as client:
+                return await client.get(path)
 
 
 @pytest.mark.anyio

@@ -32,7 +32,10 @@ def ups_with_clock(n: int = 2, **settings: Any) -> tuple[balancer.Upstreams, Clo
     clock = Clock()
     urls = tuple(f"http://10.0.0.{i}:8000" for i in range(1, n + 1))
     cfg = config.HealthConfig(**{"eject_after": 3, "backoff": 1.0, "backoff_max": 8, **settings})
-    return balancer.Upstreams(urls, "round_robin", cfg, clock), clock
+    ups = balancer.Upstreams(urls, "round_robin", cfg, clock)
+    for url in urls:  # past their first probe
+        ups.probed(url, True)
+    return ups, clock
 
 
 def test_consecutive_failures_eject_and_a_success_resets_the_count() -> None:
@@ -191,12 +194,18 @@ def test_a_4xx_never_counts_toward_ejection() -> None:
         return Response(b'{"error":{"message":"no"}}', 400)
 
     class Refusing:
+        """Its probe passes (passive ejection is the point here); its requests are refused."""
+
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["path"] == "/health":
+                await Response(b"")(scope, receive, send)
+                return
             calls["bad"] += 1
             raise httpx.ConnectError("refused")
 
     fakes = {"bad": Refusing(), "ok": sim,
-             "fussy": Starlette(routes=[Route("/v1/completions", fussy, methods=["POST"])])}
+             "fussy": Starlette(routes=[Route("/v1/completions", fussy, methods=["POST"]),
+                                        Route("/health", lambda r: Response(b""))])}
 
     async def go() -> tuple[list[int], str]:
         async with hosts.serve(cfg, fakes) as gw:
@@ -325,3 +334,33 @@ def test_routing_and_failover_keys_default_as_the_spec_says() -> None:
     assert cfg.server.failover_attempts == 1
     with pytest.raises(ValueError, match="routing"):
         config.Config.model_validate({"models": [{"name": "m", "routing": "random"}]})
+
+
+def test_health_waits_for_the_first_probe_which_runs_at_once() -> None:
+    """Envoy holds actively checked hosts PENDING until their first check: a gateway whose
+    only upstream is dead never reads ready, and one whose upstream lives is ready after one
+    probe (run at start, not one `probe_interval` later); requests are routed meanwhile."""
+    state = {"status": 503}
+
+    async def probe(request: Request) -> Response:
+        return Response(b"", state["status"])
+
+    worker = Starlette(routes=[Route("/health", probe, methods=["GET"])])
+    cfg = config.Config.model_validate({
+        "server": {"health": {"probe_interval": 60}},
+        "models": [{"name": "m", "upstreams": ["http://a:1"]}]})
+
+    async def answers(live: bool) -> list[int]:
+        state["status"] = 200 if live else 503
+        async with hosts.serve(cfg, {"a": worker}) as gw:
+            seen = []
+            for _ in range(50):  # bounded: 0.5 s, against a 60 s probe interval
+                seen.append((await gw.get("/health")).status_code)
+                await asyncio.sleep(0.01)
+            return seen
+
+    assert set(asyncio.run(answers(False))) == {503}
+    live = asyncio.run(answers(True))
+    assert live[-1] == 200 and set(live) <= {200, 503}
+    ups = balancer.Upstreams(("http://a:1",))
+    assert ups.healthy() == ["http://a:1"] and ups.in_rotation() == []  # pending: routed to
