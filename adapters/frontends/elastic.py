@@ -118,6 +118,29 @@ class ElasticAnyTaskChatFrontend(ElasticChatFrontend):
         super().__init__(lookup_first=True)
 
 
+class ElasticAnyTaskStreamFrontend(ElasticAnyTaskChatFrontend):
+    """POST _inference/{id}/_stream: the endpoint's stored task decides
+    (TransportInferenceActionProxy.doExecute, TaskType.ANY). A gateway model serves both text
+    tasks, so a body with `input` gets the completion task's stream, as on
+    _inference/completion/{id}/_stream (elasticsearch-py `inference.stream_inference`
+    without a task type), and any other body the unified chat stream."""
+
+    def parse(self, body: bytes, ctx: base.RequestContext) -> base.Translator:
+        if _names_input(body):
+            return CompletionTranslator(
+                *_parsed(_completion_request, body, ctx, True, True, generic=True), True)
+        return super().parse(body, ctx)
+
+
+def _names_input(body: bytes) -> bool:
+    """Whether the body is a JSON object with `input`: the completion task's request."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and "input" in data
+
+
 class ElasticInferenceFrontend:
     """POST _inference/{id} (RestInferenceAction's INFERENCE_ID_PATH; elasticsearch-py's
     `inference.inference`): the endpoint is looked up first and its stored task type decides
@@ -128,11 +151,7 @@ class ElasticInferenceFrontend:
     _inference/chat_completion/{id} (Elasticsearch 9.6, PR #158022)."""
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> base.Translator:
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            data = None
-        if isinstance(data, dict) and "input" in data:
+        if _names_input(body):
             # The completion task answers every error in ES's generic form.
             return CompletionTranslator(
                 *_parsed(_completion_request, body, ctx, False, True, generic=True), False)
@@ -325,7 +344,7 @@ def _response_type(ctx: base.RequestContext) -> str:
 ROUTES = (
     base.InferenceRoute("/_inference/{id}", ElasticInferenceFrontend),
     base.InferenceRoute("/_inference/{id}/_unified", ElasticAnyTaskChatFrontend),
-    base.InferenceRoute("/_inference/{id}/_stream", ElasticAnyTaskChatFrontend),
+    base.InferenceRoute("/_inference/{id}/_stream", ElasticAnyTaskStreamFrontend),
     base.InferenceRoute("/_inference/chat_completion/{id}/_unified", ElasticChatFrontend),
     base.InferenceRoute("/_inference/chat_completion/{id}/_stream", ElasticChatFrontend),
     # Elasticsearch 9.6 (PR #158022): without `_stream`, a non-streaming chat completion.

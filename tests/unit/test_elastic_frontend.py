@@ -410,6 +410,8 @@ def test_registry_routes() -> None:
                          "/_inference/{id}"} == set(routes)
     assert all(isinstance(routes[p], elastic.ElasticChatFrontend) for p in chat_paths)
     assert isinstance(routes["/_inference/{id}"], elastic.ElasticInferenceFrontend)
+    # its task decided by the body: `input` streams the completion task
+    assert isinstance(routes["/_inference/{id}/_stream"], elastic.ElasticAnyTaskStreamFrontend)
     assert all(routes[p].lookup_first == ("chat_completion" not in p)  # type: ignore[attr-defined]
                for p in chat_paths)
     assert not routes["/_inference/chat_completion/{id}"].stream  # type: ignore[attr-defined]
