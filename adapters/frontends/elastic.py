@@ -93,7 +93,7 @@ class ElasticChatFrontend:
         self.stream: Final = stream
         self.lookup_first: Final = lookup_first
 
-    def parse(self, body: bytes, ctx: base.RequestContext) -> ChatTranslator:
+    def parse(self, body: bytes, ctx: base.RequestContext) -> base.Translator:
         return ChatTranslator(*_parsed(_chat_request, body, ctx, self.stream, self.lookup_first),
                               self.stream)
 
