@@ -202,7 +202,10 @@ def _logprobs(lps: list[ev.TokenLogprob] | None) -> dict[str, Any] | None:
 
 
 class ChatStreamEncoder:
-    """TGI's chat.completion.chunk events, then `data: [DONE]` (also after an error)."""
+    """TGI's chat.completion.chunk events, then `data: [DONE]` (also after an error). TGI
+    writes the finish reason on the last token's own chunk (chat.rs
+    create_event_from_stream_token): a token's chunk waits for the end of its batch, where the
+    worker's finish comes with the last token, and takes the finish reason when it does."""
 
     media_type = "text/event-stream"
     headers: Mapping[str, str] = MappingProxyType({"x-accel-buffering": "no"})
@@ -215,6 +218,7 @@ class ChatStreamEncoder:
         self._include_usage = req.include_usage
         self._usage: ev.Usage | None = None
         self._generated = 0
+        self._held: tuple[int, str, Any] | None = None  # a token's chunk: choice, text, logprobs
 
     def _chunk(self, choice: int, delta: dict[str, Any], logprobs: Any = None,
                finish: str | None = None) -> bytes:
@@ -225,21 +229,29 @@ class ChatStreamEncoder:
         match e:
             case ev.TextDelta():
                 self._generated += len(e.token_ids) if e.token_ids is not None else 1
-                lps = _logprobs(e.logprobs) if self._logprobs else None
-                return self._chunk(e.choice, _text(e.text), lps)
+                out = self.flush()
+                self._held = (e.choice, e.text, _logprobs(e.logprobs) if self._logprobs else None)
+                return out
             case ev.ReasoningDelta():
-                return self._chunk(e.choice, {**_text(""), "reasoning_content": e.text})
+                return self.flush() + self._chunk(e.choice,
+                                                  {**_text(""), "reasoning_content": e.text})
             case ev.ToolCallDelta():
                 # DeltaToolCall (lib.rs): id and type on every fragment, name only on the first.
                 call = {"index": e.index, "id": e.id or "", "type": "function",
                         "function": {"name": e.name, "arguments": e.arguments}}
-                return self._chunk(e.choice, {"role": "assistant", "tool_calls": [call]})
+                return self.flush() + self._chunk(e.choice,
+                                                  {"role": "assistant", "tool_calls": [call]})
             case ev.Finish():
                 # TGI's last token carries the finish reason, and a stop sequence's text: TGI
                 # keeps it (StopSequenceCriteria), the canonical text never has it.
                 stop = e.matched if e.reason == "stop_string" and isinstance(e.matched, str) \
                     else ""
-                return self._chunk(e.choice, _text(stop), None, FINISH[e.reason])
+                held = self._held
+                if held is not None and held[0] == e.choice:  # the last token's own chunk
+                    self._held = None
+                    return self._chunk(e.choice, _text(held[1] + stop), held[2],
+                                       FINISH[e.reason])
+                return self.flush() + self._chunk(e.choice, _text(stop), None, FINISH[e.reason])
             case ev.Usage():
                 self._usage = e
                 return b""
@@ -249,10 +261,14 @@ class ChatStreamEncoder:
                 assert_never(e)
 
     def flush(self) -> bytes:
-        return b""  # nothing is held back
+        """The held token's chunk, at the end of its batch."""
+        if self._held is None:
+            return b""
+        (choice, text, lps), self._held = self._held, None
+        return self._chunk(choice, _text(text), lps)
 
     def fail(self, exc: errors.GatewayError) -> bytes:
-        return error_event(exc)
+        return self.flush() + error_event(exc)
 
     def finish(self) -> bytes:
         if not self._include_usage:

@@ -117,11 +117,12 @@ def translate(fe: base.Frontend, body: bytes, ctx: base.RequestContext, case: Pa
 
 def answer(t: base.Translator, meta: base.ResponseMeta, events: list[ev.Event],
            failure: errors.GatewayError | None, stream_headers: Mapping[str, str]) -> bytes:
-    """The stream (its encoder's headers over `stream_headers`) or the folded whole."""
+    """The stream (its encoder's headers over `stream_headers`), the events as one read of the
+    worker's (flushed after it, as serving.py does), or the folded whole."""
     req = t.request
     if req.stream:
         enc = t.encoder(meta)
-        out = b"".join(enc.encode(e) for e in events)
+        out = b"".join(enc.encode(e) for e in events) + enc.flush()
         out += enc.fail(failure) if failure else enc.finish()
         return head(200, enc.media_type, {**stream_headers, **enc.headers}) + out
     done = canonical.Completion.fold(events, req.choice_count)

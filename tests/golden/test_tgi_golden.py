@@ -139,3 +139,31 @@ def test_tgi_error_bodies(update_goldens: bool) -> None:
             out += f"{cls.__name__} {mode}: ".encode() + runner.head(r.status, r.media_type, r.headers)
             out += r.body + b"\n"
     runner.check_bytes(TGI / "errors.txt", out, update_goldens)
+
+
+def test_tgi_chat_finish_rides_on_the_last_tokens_chunk_of_its_read() -> None:
+    """TGI writes the finish reason on the last token's own chunk (chat.rs
+    create_event_from_stream_token: `finish_reason` from the token's details). A worker read
+    that ends with the last token and its finish gives one chunk; a finish that comes in a
+    later read (vLLM's empty final delta) gets its own chunk, and no token waits past its read."""
+    fe = openai.OpenAIChatFrontend()
+    t = fe.parse(orjson.dumps({"model": "tgi", "stream": True,
+                               "messages": [{"role": "user", "content": "Hi"}]}),
+                 base.RequestContext())
+    enc = t.encoder(META)
+
+    def read(*events: ev.Event) -> list[dict[str, object]]:
+        out = b"".join(enc.encode(e) for e in events) + enc.flush()
+        return [orjson.loads(x.removeprefix(b"data: "))["choices"][0]
+                for x in out.split(b"\n\n") if x]
+
+    assert read(ev.TextDelta(0, "Deep")) == [
+        {"index": 0, "delta": {"role": "assistant", "content": "Deep"}, "logprobs": None,
+         "finish_reason": None}]
+    assert [(c["delta"]["content"], c["finish_reason"]) for c in read(
+        ev.TextDelta(0, " learning"), ev.Finish(0, "eos"))] == [(" learning", "stop")]
+    enc = t.encoder(META)
+    assert [(c["delta"]["content"], c["finish_reason"]) for c in read(ev.TextDelta(0, "a"))] \
+        == [("a", None)]
+    assert [(c["delta"]["content"], c["finish_reason"]) for c in read(ev.Finish(0, "length"))] \
+        == [("", "length")]
