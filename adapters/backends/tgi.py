@@ -49,6 +49,9 @@ def _capable(flag: str, api: str, rule: params.Rule, why: str, noop: Any = None)
     return rule if can is not None and can.startswith(api) else Refuse(why, noop=noop)
 
 
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+
 def _positive(name: str, key: str) -> Translate:
     def fn(v: int) -> dict[str, Any]:
         if v <= 0:
@@ -266,6 +269,16 @@ class TgiBackend:
         # would mean greedy (serde default false).
         p: dict[str, Any] = {"do_sample": True}
         params.apply(GENERATE, req, WORKER, p, unknown=UNKNOWN_EXTRA)
+        if req.sampling.temperature == 0:
+            # Greedy as vLLM and OpenAI mean it: TGI samples again when top_k, top_p or
+            # typical_p is set, even with do_sample false (utils/tokens.py NextTokenChooser:
+            # sampling = do_sample or has_warpers).
+            for warper in ("top_k", "top_p", "typical_p"):
+                p.pop(warper, None)
+        if req.sampling.max_tokens is None and not req.sampling.max_tokens_fit:
+            # A raw prompt that names no limit: 16, the OpenAI completions default (vLLM's
+            # too), not TGI's own (max_total_tokens less the prompt, validation.rs).
+            p["max_new_tokens"] = COMPLETIONS_DEFAULT_MAX_TOKENS
         if best_of(req) > 1:
             p["best_of"] = best_of(req)
         if req.prompt_logprobs is not None:

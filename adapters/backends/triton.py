@@ -179,6 +179,11 @@ class TritonBackend:
             "return_num_input_tokens": True, "return_num_output_tokens": True,
         }
         params.apply(TRITON, req, WORKER, body, unknown=UNKNOWN_EXTRA)
+        if req.sampling.temperature == 0 or req.sampling.do_sample is False:
+            # Greedy whatever top_k / top_p say, as vLLM and OpenAI decode at temperature 0;
+            # TensorRT-LLM would sample with the client's runtime_top_k / runtime_top_p.
+            body["top_k"] = 1
+            body.pop("top_p", None)
         kind = "generate_stream" if req.stream else "generate"
         url = f"{target.base_url.rstrip('/')}/v2/models/{quote(target.model, safe='')}/{kind}"
         return base.UpstreamRequest("POST", url, orjson.dumps(body),

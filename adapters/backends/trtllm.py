@@ -54,6 +54,14 @@ class TrtllmBackend(openai.OpenAIBackend):
         if s.keep_stop:
             body["include_stop_str_in_output"] = True
 
+    def logprobs(self, req: canonical.InferenceRequest, body: dict[str, Any]) -> None:
+        """A completions count of 0 asks trtllm-serve for nothing (openai_protocol.py
+        CompletionRequest.to_sampling_params: logprobs only `if self.logprobs`), where vLLM
+        gives the sampled token's: 1 gets the sampled token's log prob there too."""
+        super().logprobs(req, body)
+        if not req.is_chat and body.get("logprobs") == 0:
+            body["logprobs"] = 1
+
     def message(self, m: canonical.Message) -> dict[str, Any]:
         out = super().message(m)
         if m.reasoning is not None:  # ReasoningAssistantMessage.reasoning_content

@@ -239,9 +239,10 @@ def test_a_worker_without_token_ids_still_serves_details_and_streams() -> None:
             backend.check(t.request)
         assert caught.value.field == "prompt_logprobs"
         assert t.render_error(caught.value).status == 424
-    # trtllm-serve takes `logprobs`, so the lines carry its log probs; a plain OpenAI server
-    # may not, so it is not asked
-    assert upstream(inputs(details=True), trtllm.TrtllmBackend())["logprobs"] == 0
+    # trtllm-serve takes `logprobs`, so the lines carry its log probs (1: it reads 0 as none,
+    # openai_protocol.py CompletionRequest.to_sampling_params); a plain OpenAI server may not
+    # take it, so it is not asked
+    assert upstream(inputs(details=True), trtllm.TrtllmBackend())["logprobs"] == 1
     assert "logprobs" not in upstream(inputs(details=True), openai_backend.OpenAIBackend())
 
 

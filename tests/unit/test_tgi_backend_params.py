@@ -75,7 +75,18 @@ def test_each_table_has_a_rule_for_every_canonical_field(table: params.Table) ->
 ])
 def test_generate_parameters_translate_what_tgi_would_refuse(fields: dict[str, Any],
                                                              expected: dict[str, Any]) -> None:
-    assert parameters(completion(**fields)) == expected
+    """A completions request that names no limit gets OpenAI's default of 16, not TGI's own
+    (validation.rs: max_total_tokens less the prompt)."""
+    assert parameters(completion(**fields)) == {"max_new_tokens": 16, **expected}
+
+
+@pytest.mark.parametrize("warpers", [{"top_k": 40}, {"top_p": 0.9}, {"top_k": 40, "top_p": 0.9}])
+def test_temperature_zero_is_greedy_whatever_the_warpers_say(warpers: dict[str, Any]) -> None:
+    """TGI samples again when top_k / top_p / typical_p is set, even with do_sample false
+    (server/text_generation_server/utils/tokens.py NextTokenChooser: `sampling = do_sample or
+    has_warpers`); at temperature 0 an OpenAI client means greedy, as vLLM decodes it."""
+    assert parameters(completion(temperature=0, max_tokens=2, **warpers)) == {
+        "do_sample": False, "max_new_tokens": 2}
 
 
 def test_prompts_stream_from_generate_stream_even_without_client_streaming() -> None:

@@ -81,6 +81,9 @@ def test_tgi_clients_as_many_as_fit_gets_the_unlimited_default() -> None:
 
 @pytest.mark.parametrize(("fields", "expected"), [
     ({"temperature": 0}, {"top_k": 1}),
+    # greedy whatever top_k / top_p say (the ensemble maps them to runtime_top_k / _top_p,
+    # which would sample), as vLLM decodes at temperature 0
+    ({"temperature": 0, "top_k": 40, "top_p": 0.9}, {"top_k": 1}),
     ({"temperature": 0.7}, {"temperature": 0.7}),
     ({"top_k": -1}, {}),
     ({"top_k": 5, "top_p": 0.9, "seed": 3}, {"top_k": 5, "top_p": 0.9, "seed": 3}),
