@@ -1,4 +1,4 @@
-"""Prefix affinity: consistent hashing with bounded loads over the prompt's leading text.
+"""Prefix affinity: consistent hashing with bounded loads over the prompt's leading blocks.
 
 Requests that share a prompt prefix (a system prompt, the earlier turns of a conversation)
 hash to the same point on a ring of virtual nodes, so they meet the worker whose KV cache
@@ -6,6 +6,15 @@ already holds that prefix (vLLM automatic prefix caching). Bounded loads (Mirrok
 Zadimoghaddam, "Consistent Hashing with Bounded Loads", 2016; as in HAProxy's
 `hash-balance-factor`) cap each worker at ceil((1 + epsilon) x mean load): a hot prefix
 spills to the next worker on the ring instead of queueing on one.
+
+The key is the part of the prompt that a conversation never rewrites: its opening (system
+prompt and first user turn), cut at PREFIX_CHARS. Every later turn only appends, so all turns
+keep the key, and every user of a system prompt at least PREFIX_CHARS long shares it. Routers
+that match the longest prefix instead (vLLM production-stack's `PrefixAwareRouter`, a trie of
+128-character chunk hashes; SGLang's `cache_aware` policy, an approximate radix tree of the
+text each worker was sent, LRU-evicted) keep a table that grows with the traffic, on the
+request path, and that each process of `server.workers` would learn apart; a hash of the
+opening needs no state, and every process and gateway replica agrees on it.
 """
 
 from __future__ import annotations
@@ -20,7 +29,11 @@ from schemas import canonical
 Clock = Callable[[], float]
 VNODES = 64  # virtual nodes per upstream: spread within a few percent for a handful of workers
 EPSILON = 0.25  # a worker may take up to 1.25x the mean load before the next one is asked
-PREFIX_CHARS = 1024  # the leading text hashed: a few KV blocks' worth (vLLM blocks are 16 tokens)
+# The longest opening hashed: 256 characters are ~64 tokens of English (~4 characters a token),
+# 4 vLLM KV blocks of 16 tokens. Shorter than most system prompts, so all users of one share a
+# worker (and its cached blocks); long enough that prompts which merely begin alike ("You are a
+# helpful assistant.") still differ in it by their first question, and spread.
+PREFIX_CHARS = 256
 
 
 def point(text: str) -> int:
@@ -29,20 +42,23 @@ def point(text: str) -> int:
 
 
 def prefix_key(req: canonical.InferenceRequest) -> str:
-    """The leading text of the prompt as the worker will see it: the messages' texts with their
-    roles (chat), or the first prompt (completions), cut at PREFIX_CHARS."""
+    """The opening of the prompt as the worker will see it, cut at PREFIX_CHARS: chat, the
+    messages' roles and texts in order up to and including the first user turn (the system
+    prompt, any fixed preamble, the question that starts the conversation), which the later
+    turns only extend; completions, the first prompt (no turns to tell apart: a prompt shorter
+    than PREFIX_CHARS hashes whole, and shares at most a few blocks with its continuations)."""
     if req.messages is not None:
         parts: list[str] = []
         size = 0
         for m in req.messages:
-            text = m.role + "\n" + m.text() + "\n"
+            text = m.role + "\n" + m.text()[:PREFIX_CHARS] + "\n"
             parts.append(text)
             size += len(text)
-            if size >= PREFIX_CHARS:
+            if m.role == "user" or size >= PREFIX_CHARS:
                 break
         return "".join(parts)[:PREFIX_CHARS]
     first = (req.prompts or [""])[0]
-    text = first if isinstance(first, str) else " ".join(map(str, first))
+    text = first if isinstance(first, str) else " ".join(map(str, first[:PREFIX_CHARS]))
     return text[:PREFIX_CHARS]
 
 

@@ -20,7 +20,8 @@ since refusing without trying helps no one.
 Choice (`models[].routing`): `least_request` is power of two choices (Mitzenmacher) on the
 gateway's in-flight count plus the worker's published queue; `round_robin`; `prefix` is
 consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam 2016) on the prompt's
-leading text, so turns of a conversation and users of a system prompt meet the same KV cache.
+opening (`affinity.prefix_key`), so turns of a conversation and users of a system prompt meet
+the same KV cache.
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ class Upstreams:
 
     def order(self, key: str | None = None) -> list[str]:
         """Every available upstream once, the policy's choice first: attempt 1 there, retries
-        after. `key` is the prompt's leading text, used by `prefix` only."""
+        after. `key` is the prompt's opening (`affinity.prefix_key`), used by `prefix` only."""
         urls = self.healthy() or [u for u in self._all
                                   if self.health[u].probe_ok is not False]  # panic
         if len(urls) < 2:
