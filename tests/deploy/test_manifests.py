@@ -172,9 +172,14 @@ def test_gateway_probes_and_port(objs: list[Obj]) -> None:
     gw = container(one(objs, "Deployment", "gateway"))
     assert {p["name"]: p["containerPort"] for p in gw["ports"]} == {
         "http": gateway_config(objs).server.port}
-    for probe in ("readinessProbe", "livenessProbe"):
-        # /health needs no API key (SPEC.md server.api_keys); /v1/models would answer 401.
-        assert gw[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    # Neither needs an API key (SPEC.md server.api_keys); /v1/models would answer 401.
+    # Readiness follows the workers (/health); liveness the gateway alone (/metrics), so that
+    # workers down for a while do not restart the gateways in front of them, except in the
+    # sidecar, whose one worker is in the pod (test_sidecar_probes_allow_for_loading).
+    assert gw["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    sidecar = any(w.kind == "vllm" for w in gateway_config(objs).workers)
+    assert gw["livenessProbe"]["httpGet"] == {"path": "/health" if sidecar else "/metrics",
+                                              "port": "http"}
 
 
 def test_termination_grace_covers_drain(objs: list[Obj]) -> None:
@@ -268,4 +273,5 @@ def test_sidecar_probes_allow_for_loading(sidecar: list[Obj]) -> None:
     budget = startup["periodSeconds"] * startup["failureThreshold"]
     assert budget > max(w.startup_timeout for w in cfg.workers)
     live = gw["livenessProbe"]
+    assert live["httpGet"]["path"] == "/health"  # its one worker is in the pod
     assert live["periodSeconds"] * live["failureThreshold"] >= 300
