@@ -279,6 +279,9 @@ def refresh_upstreams(router: Router) -> None:
     flush()  # before any series is dropped
     listed = {(r.name, url) for r in router.routes.values() for url in r.upstreams.all}
     rotation = {(r.name, url) for r in router.routes.values() for url in r.upstreams.in_rotation()}
+    for key in listed - _listed:  # managed workers and DNS-found pods from their listing on
+        for counter in (RETRIES, FAILOVERS, EJECTIONS):
+            counter.labels(*key)
     gone = _listed - listed
     for key in gone:
         UPSTREAM_HEALTHY.remove(*key)

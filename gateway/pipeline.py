@@ -39,6 +39,11 @@ class AttemptObserver(Protocol):
         """The attempt on `url` failed; its successful end is the request's end."""
         ...
 
+    def failing_over(self) -> None:
+        """The next attempt continues a stream cut after its first byte: a failover, which
+        is counted as one, not as a retry."""
+        ...
+
 
 @dataclass(slots=True)
 class Attempt:
@@ -256,6 +261,7 @@ class Pipeline:
         job.note.failovers += 1
         if job.note.observer is not None:  # the cut attempt ends here, as a failed one
             job.note.observer.end(failed, cause)
+            job.note.observer.failing_over()
         try:
             opened = await self.open(job.route, cont, job.request_id, job.note, avoid=failed)
         except errors.GatewayError:

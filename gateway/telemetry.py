@@ -32,6 +32,10 @@ except ImportError:  # pragma: no cover - exercised by installs without the extr
 TRACE_HEADERS = ("traceparent", "tracestate")
 
 
+OTHER = "_OTHER"
+FAILED_OUTCOMES = frozenset(("error", "upstream_error", "bug", "shutdown"))
+
+
 def error_type(exc: BaseException) -> str:
     """`error.type`: the gateway error's class name, a bounded set; anything else a bug."""
     if isinstance(exc, errors.GatewayError):
@@ -47,17 +51,19 @@ def operation(req: canonical.InferenceRequest) -> str:
 class Watch:
     """What one request's telemetry needs between its arrival and its last byte."""
 
-    __slots__ = ("_attempt_span", "_attempt_started", "_attempt_url", "_span", "_tracer",
-                 "_upstream_model", "attempts", "client_trace", "model", "operation", "provider",
-                 "routed")
+    __slots__ = ("_attempt_span", "_attempt_started", "_attempt_url", "_failover", "_span",
+                 "_tracer", "_upstream_model", "attempts", "client_trace", "model", "operation",
+                 "provider", "routed")
 
     def __init__(self, tracing_: tracing.Tracing | None, headers: Mapping[str, str], route: str):
         self.client_trace = {k: headers[k] for k in TRACE_HEADERS if k in headers}
         self.model = self._upstream_model = metrics.UNKNOWN_MODEL
-        self.provider = ""
-        self.operation = ""
+        # Required labels, known once the request is routed; `_OTHER` for a request refused
+        # before that (the conventions' value for one outside the list)
+        self.provider = self.operation = OTHER
         self.routed = False
         self.attempts = 0
+        self._failover = False
         self._attempt_url: str | None = None
         self._attempt_started = 0.0
         self._attempt_span: Any = None
@@ -81,8 +87,9 @@ class Watch:
 
     def begin(self, url: str) -> dict[str, str]:
         """An attempt on `url` starts; the trace headers to send it."""
-        if self.attempts:
+        if self.attempts and not self._failover:  # a failover is counted as one (hooks)
             metrics.retry(self.model, url)
+        self._failover = False
         self.attempts += 1
         self._attempt_url = url
         self._attempt_started = time.perf_counter()
@@ -100,6 +107,9 @@ class Watch:
         carrier: dict[str, str] = {}
         _W3C.inject(carrier, context=otel.set_span_in_context(self._attempt_span))
         return carrier
+
+    def failing_over(self) -> None:
+        self._failover = True
 
     def end(self, url: str, error: BaseException | None) -> None:
         """The attempt on `url` failed (`error`) or its answer ended (None)."""
@@ -128,7 +138,14 @@ class Watch:
         record(self, x, ended)
         if self._span is not None:
             self._span.set_attributes(response_attributes(x, ended))
-            _end_span(self._span, etype, x.status >= 500 or (etype != "" and not x.status))
+            if self.routed:  # the model that answered, as the worker serves it
+                self._span.set_attribute("gen_ai.response.model", self._upstream_model)
+            # A failed generation is an error also where its protocol answered it with a 200
+            # (an in-band error after the first byte, TGI's error event); a client's mistake
+            # (4xx) or its leaving is not the server's error (recording-errors.md).
+            failed = x.status >= 500 or x.outcome in FAILED_OUTCOMES or (etype != ""
+                                                                        and not x.status)
+            _end_span(self._span, etype, failed)
             self._span = None
 
 
@@ -178,7 +195,7 @@ def response_attributes(x: Exchange, ended: float) -> dict[str, Any]:
     if x.usage is not None:
         out["gen_ai.usage.input_tokens"] = x.usage.prompt_tokens
         out["gen_ai.usage.output_tokens"] = x.usage.completion_tokens
-    if x.first_event_at is not None:
+    if x.stream and x.first_event_at is not None:  # "in a streaming response"
         out["gen_ai.response.time_to_first_chunk"] = x.first_event_at - x.started
     if x.error_type:
         out["error.type"] = x.error_type
@@ -186,7 +203,7 @@ def response_attributes(x: Exchange, ended: float) -> dict[str, Any]:
 
 
 def _end_span(span: Any, etype: str, failed: bool) -> None:
-    if failed:
-        span.set_status(otel.Status(otel.StatusCode.ERROR, etype))
-        span.set_attribute("error.type", etype)
+    if failed:  # no description: repeating error.type there is NOT RECOMMENDED
+        span.set_status(otel.Status(otel.StatusCode.ERROR))
+        span.set_attribute("error.type", etype or "_OTHER")
     span.end()

@@ -132,8 +132,9 @@ async def test_failures_count_attempts_retries_and_error_types() -> None:
     failed = {**GENAI, **ROUTE, "http_status_class": "5xx", "error_type": "UpstreamUnavailable"}
     assert delta(b, a, "gen_ai_server_request_duration_seconds_count", **failed) == 1
     assert delta(b, a, "gen_ai_server_time_to_first_token_seconds_count", **GENAI) == 0
-    unknown = {"gen_ai_operation_name": "", "gen_ai_request_model": "unknown",
-               "gen_ai_provider_name": "", **ROUTE, "http_status_class": "4xx",
+    # refused before routing: the required labels say `_OTHER` (gen-ai-metrics.md), not ""
+    unknown = {"gen_ai_operation_name": "_OTHER", "gen_ai_request_model": "unknown",
+               "gen_ai_provider_name": "_OTHER", **ROUTE, "http_status_class": "4xx",
                "error_type": "ModelNotFound"}
     assert delta(b, a, "gen_ai_server_request_duration_seconds_count", **unknown) == 1
     attempts = sum(delta(b, a, "gateway_upstream_attempts_total", gen_ai_request_model="demo",
@@ -144,6 +145,25 @@ async def test_failures_count_attempts_retries_and_error_types() -> None:
                     server_port="8000", error_type="UpstreamUnavailable", **GENAI)
               for h in ("up1", "up2"))
     assert (attempts, retries, ops) == (3, 2, 3)  # one attempt and two bounded retries
+
+
+@pytest.mark.anyio
+async def test_a_failover_is_counted_as_one_and_not_as_a_retry() -> None:
+    """gateway_upstream_retries_total: attempts after a failed one before the first byte; a
+    stream continued elsewhere after it is a failover (its own counter), not also a retry."""
+    from tests.unit.test_failover_respx import HEAD, REST
+    with respx.mock(assert_all_called=True) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=harness.Broken([HEAD])))
+        r.post(f"{UP2}/v1/chat/completions").mock(return_value=httpx.Response(200, content=REST))
+        b, a, (resp,) = await run(r, {**CHAT, "stream": True, "max_tokens": 10})
+    assert resp.status_code == 200 and resp.text.endswith("data: [DONE]\n\n")
+    up = {"gen_ai_request_model": "demo"}
+    failovers = sum(delta(b, a, "gateway_upstream_failovers_total", upstream=u, **up)
+                    for u in (UP1, UP2))
+    retries = sum(delta(b, a, "gateway_upstream_retries_total", upstream=u, **up)
+                  for u in (UP1, UP2))
+    assert (failovers, retries) == (1, 0)
 
 
 @pytest.mark.anyio

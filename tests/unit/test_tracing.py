@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from gateway import app as gateway_app
 from gateway import config, tracing, upstream
 from tests.unit.test_metrics import STREAM_USAGE
-from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, make_config
+from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, WHOLE_OK, make_config
 
 # The example of the W3C Trace Context recommendation, section 3.2.
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -118,6 +118,8 @@ async def test_a_streamed_request_gives_a_span_tree_with_genai_attributes() -> N
     assert 0 < attrs["gen_ai.response.time_to_first_chunk"] < 10
     assert attrs["http.route"] == "/v1/chat/completions"
     assert attrs["http.response.status_code"] == 200
+    assert attrs["gen_ai.response.model"] == "org/model"  # as the worker serves it
+    assert server.status.status_code == trace.StatusCode.UNSET
     # The server span ends with the stream: after both attempts, not before the last one.
     assert server.end_time is not None and attempts[-1].end_time is not None
     assert server.end_time >= attempts[-1].end_time
@@ -129,6 +131,43 @@ async def test_a_streamed_request_gives_a_span_tree_with_genai_attributes() -> N
     assert [q.headers["traceparent"] for q in seen] == [
         f"00-{TRACE_ID}-{a.context.span_id:016x}-01" for a in attempts]
     assert all(q.headers["tracestate"] == TRACESTATE for q in seen)
+
+
+def spans_of(body: dict[str, Any], answer: httpx.Response) -> list[Any]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    async def run() -> None:
+        with respx.mock(assert_all_called=False) as r:
+            r.post(url__startswith="http://up").mock(return_value=answer)
+            await post(r, body, {}, tracing.Tracing.of(provider))
+
+    import anyio
+    anyio.run(run)
+    return list(exporter.get_finished_spans())
+
+
+def test_a_stream_that_fails_after_its_first_byte_is_an_error_span() -> None:
+    """recording-errors.md: an operation that ends with an error SHOULD set the span status
+    to Error and `error.type` (with no description repeating it), also where the protocol told
+    the client in-band after a 200."""
+    cut = STREAM_USAGE[:STREAM_USAGE.index(b"\n\n") + 2]  # one event, then the end: broken
+    spans = spans_of({**CHAT, "stream": True}, httpx.Response(
+        200, content=cut, headers={"content-type": "text/event-stream"}))
+    (server,) = [s for s in spans if s.kind == trace.SpanKind.SERVER]
+    attrs = dict(server.attributes or {})
+    assert attrs["http.response.status_code"] == 200
+    assert server.status.status_code == trace.StatusCode.ERROR and not server.status.description
+    assert attrs["error.type"] == "UpstreamBroken"
+
+
+def test_a_whole_answer_has_no_time_to_first_chunk() -> None:
+    """gen-ai-spans.md: gen_ai.response.time_to_first_chunk is for streaming responses."""
+    spans = spans_of(CHAT, httpx.Response(200, content=WHOLE_OK,
+                                          headers={"content-type": "application/json"}))
+    (server,) = [s for s in spans if s.kind == trace.SpanKind.SERVER]
+    assert "gen_ai.response.time_to_first_chunk" not in dict(server.attributes or {})
 
 
 @pytest.mark.parametrize(("mode", "env", "want"), [
