@@ -300,6 +300,21 @@ def test_gone_upstreams_lose_their_health_series() -> None:
     assert ("gateway_upstream_healthy", frozenset(key.items())) not in second
 
 
+def test_an_upstream_added_later_has_its_counters_at_zero() -> None:
+    """A managed worker or a DNS-found pod is listed after startup: its retry, failover and
+    ejection series exist at 0 from its listing, as a static upstream's do from startup, so
+    increase() and absent() see them (Prometheus' advice for known label values)."""
+    router = gateway_app.routing.Router(make_config())
+    metrics.declare(router)
+    router.routes["demo"].upstreams.add("http://10.8.8.8:8000")
+    got = samples(metrics.exposition(router).decode())
+    key = {"gen_ai_request_model": "demo", "upstream": "http://10.8.8.8:8000"}
+    for name in ("gateway_upstream_retries_total", "gateway_upstream_failovers_total",
+                 "gateway_upstream_ejections_total"):
+        assert (name, frozenset(key.items())) in got, name
+        assert value(got, name, **key) == 0
+
+
 def test_process_metrics_are_exported() -> None:
     text = metrics.exposition(gateway_app.routing.Router(make_config())).decode()
     for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "python_info"):
