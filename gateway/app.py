@@ -117,12 +117,16 @@ async def no_route(request: Request, exc: Exception) -> Response:
     if make is None:
         return PlainTextResponse(exc.detail, exc.status_code, headers=extra)
     method, path = request.method, request.url.path
+    uri = path + (f"?{request.url.query}" if request.url.query else "")
     refusal: errors.NoRoute
     if exc.status_code == 405:
+        allowed = extra.get("Allow", "")
         refusal = errors.MethodNotAllowed(
-            f"Method {method} is not allowed for {path} (allowed: {extra.get('Allow', '')})")
+            f"Method {method} is not allowed for {path} (allowed: {allowed})",
+            method=method, uri=uri, allowed=allowed)
     else:
-        refusal = errors.NoRoute(f"Unknown request URL: {method} {path}")
+        refusal = errors.NoRoute(f"Unknown request URL: {method} {path}", method=method,
+                                 uri=uri)
     out = make().render_error(refusal)
     return Response(out.body, out.status, headers={**out.headers, **extra},
                     media_type=out.media_type)

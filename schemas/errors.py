@@ -20,6 +20,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class GatewayError(Exception):
     """Base: carries the HTTP status a client protocol renders by default.
@@ -69,10 +71,17 @@ class ModelNotFound(RequestError):
 
 class NoRoute(RequestError):
     """No route takes the request's path: answered in the error body of the protocol whose
-    routes share the path's first segment (`/v1/...`: OpenAI's), as the caller reads errors."""
+    routes share the path's first segment (`/v1/...`: OpenAI's), as the caller reads errors.
+    `method`, `uri` (the path and its query) and `allowed` (a 405's methods) are there for
+    the protocols whose own words name them."""
 
     status = 404
     kind = "not_found"
+
+    def __init__(self, message: str, *, method: str = "", uri: str = "", allowed: str = "",
+                 **kwargs: Any):
+        super().__init__(message, **kwargs)
+        self.method, self.uri, self.allowed = method, uri, allowed
 
 
 class MethodNotAllowed(NoRoute):

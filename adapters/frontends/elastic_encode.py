@@ -344,12 +344,28 @@ def _headers(exc: errors.GatewayError) -> dict[str, str]:
 
 def render_json_error(exc: errors.GatewayError) -> base.Rendered:
     """A whole JSON error: the simple form for a refused Content-Type
-    (RestResponse.createSimpleErrorResponse), ES's generic error otherwise."""
+    (RestResponse.createSimpleErrorResponse), RestController's own words for a path or method
+    no handler takes, ES's generic error otherwise."""
+    if isinstance(exc, errors.NoRoute) and exc.method:
+        return _no_handler(exc)
     if exc.status == 406:
         body = orjson.dumps({"error": exc.message, "status": exc.status})
     else:
         body = orjson.dumps(es_error(exc))
     return base.Rendered(exc.status, body, JSON_MEDIA_TYPE, _headers(exc))
+
+
+def _no_handler(exc: errors.NoRoute) -> base.Rendered:
+    """RestController: a method the path's handler does not take is a 405 in the simple form
+    (handleUnsupportedHttpMethod, `allowed: [...]` as a Java set prints); a path no handler
+    takes is a 400 with a bare `error` string (handleBadRequest)."""
+    if isinstance(exc, errors.MethodNotAllowed):
+        allowed = ", ".join(m.strip() for m in exc.allowed.split(",") if m.strip())
+        body = {"error": f"Incorrect HTTP method for uri [{exc.uri}] and method [{exc.method}]"
+                         + (f", allowed: [{allowed}]" if allowed else ""), "status": 405}
+        return base.Rendered(405, orjson.dumps(body), JSON_MEDIA_TYPE, _headers(exc))
+    body = {"error": f"no handler found for uri [{exc.uri}] and method [{exc.method}]"}
+    return base.Rendered(400, orjson.dumps(body), JSON_MEDIA_TYPE, _headers(exc))
 
 
 def render_unified_json_error(exc: errors.GatewayError) -> base.Rendered:
