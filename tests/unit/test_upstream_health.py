@@ -241,13 +241,17 @@ def test_probes_use_each_worker_protocols_health_route(kind: str, fake: Any) -> 
     assert ups.healthy() == ["http://w:1"]
 
 
-def test_health_readiness_and_gauge_tell_the_truth_with_every_upstream_down() -> None:
-    state = {"status": 200}
-
+def health_worker(state: dict[str, int]) -> Starlette:
+    """A worker whose /health answers `state["status"]`."""
     async def probe(request: Request) -> Response:
         return Response(b"", state["status"])
 
-    worker = Starlette(routes=[Route("/health", probe, methods=["GET"])])
+    return Starlette(routes=[Route("/health", probe, methods=["GET"])])
+
+
+def test_health_readiness_and_gauge_tell_the_truth_with_every_upstream_down() -> None:
+    state = {"status": 200}
+    worker = health_worker(state)
     cfg = config.Config.model_validate({
         "server": {"health": {"probe_interval": 0.02}},
         "models": [{"name": "m", "upstreams": ["http://a:1", "http://b:1"]}]})
@@ -341,11 +345,7 @@ def test_health_waits_for_the_first_probe_which_runs_at_once() -> None:
     only upstream is dead never reads ready, and one whose upstream lives is ready after one
     probe (run at start, not one `probe_interval` later); requests are routed meanwhile."""
     state = {"status": 503}
-
-    async def probe(request: Request) -> Response:
-        return Response(b"", state["status"])
-
-    worker = Starlette(routes=[Route("/health", probe, methods=["GET"])])
+    worker = health_worker(state)
     cfg = config.Config.model_validate({
         "server": {"health": {"probe_interval": 60}},
         "models": [{"name": "m", "upstreams": ["http://a:1"]}]})
