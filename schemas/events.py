@@ -120,11 +120,13 @@ class Usage:
 
 @dataclass(slots=True)
 class PromptInfo:
-    """What a worker says about the prompt: its token ids and per-token logprobs."""
+    """What a worker says about the prompt: its token ids and per-token logprobs (with the
+    alternatives it gave in `top`), and each prompt token's rank where the worker says it."""
 
     choice: int
     token_ids: list[int] | None = None
     logprobs: list[TokenLogprob | None] | None = None
+    ranks: list[int | None] | None = None
 
 
 Event = Role | TextDelta | ReasoningDelta | ToolCallDelta | Finish | Usage | PromptInfo

@@ -234,6 +234,8 @@ class CompletionChoice(_Closed):
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     token_ids: list[int] | None = None
+    prompt_logprobs: list[dict[str, Any] | None] | None = None  # vLLM's, when asked
+    prompt_token_ids: list[int] | None = None
 
 
 class TextCompletion(_Closed):

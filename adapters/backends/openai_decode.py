@@ -99,18 +99,26 @@ def prompt_info(choice: int, ids: list[int] | None, plp: Any) -> ev.PromptInfo:
     per position null (the first) or {"<id>": {"logprob", "rank", "decoded_token"}}, the prompt
     token among the top ones (protocol.py CompletionResponseChoice, Logprob)."""
     lps: list[ev.TokenLogprob | None] | None = None
+    ranks: list[int | None] | None = None
     if isinstance(plp, list):
-        lps = []
+        lps, ranks = [], []
         for pos, entry in enumerate(plp):
             if not isinstance(entry, dict) or not entry:
                 lps.append(None)
+                ranks.append(None)
                 continue
-            key = str(ids[pos]) if ids is not None and pos < len(ids) else next(iter(entry))
-            lp = entry.get(key) or next(iter(entry.values()))
-            tid = int(key) if key.isdigit() else None
+            key = str(ids[pos]) if ids is not None and pos < len(ids) and str(ids[pos]) in entry \
+                else next(iter(entry))
+            lp = entry[key]
+            top = [ev.TopLogprob(str(a.get("decoded_token") or ""), float(a.get("logprob", 0.0)),
+                                 None, int(k) if k.isdigit() else None)
+                   for k, a in entry.items() if k != key and isinstance(a, dict)]
             lps.append(ev.TokenLogprob(str(lp.get("decoded_token") or ""),
-                                       float(lp.get("logprob", 0.0)), None, tid))
-    return ev.PromptInfo(choice, ids, lps)
+                                       float(lp.get("logprob", 0.0)), None,
+                                       int(key) if key.isdigit() else None, top))
+            rank = lp.get("rank")
+            ranks.append(rank if isinstance(rank, int) else None)
+    return ev.PromptInfo(choice, ids, lps, ranks)
 
 
 def _error_message(err: Any) -> str:

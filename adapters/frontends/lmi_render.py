@@ -18,7 +18,7 @@ import orjson
 from adapters import base
 from adapters.frontends import lmi_json
 from adapters.frontends.lmi_params import LmiState
-from adapters.frontends.openai_encode import uncovered
+from adapters.frontends.openai_encode import prompt_logprobs, uncovered
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -189,6 +189,7 @@ def completion_logprobs(lps: list[ev.TokenLogprob] | None, offset: int) -> dict[
 def completion_body(req: canonical.InferenceRequest, done: canonical.Completion,
                     meta: base.ResponseMeta) -> bytes:
     """Seed 002 text completion (vLLM's CompletionResponse, compact as vLLM writes it)."""
+    prompts = {p.choice: p for p in done.prompt}
     choices = []
     for c in done.choices:
         out: dict[str, Any] = {
@@ -200,7 +201,8 @@ def completion_body(req: canonical.InferenceRequest, done: canonical.Completion,
             "stop_reason": c.finish.matched if c.finish else None}
         if req.token_ids:
             out["token_ids"] = c.token_ids
-        out["prompt_logprobs"] = None
+        out["prompt_logprobs"] = (prompt_logprobs(prompts.get(c.index))
+                                  if req.prompt_logprobs is not None else None)
         choices.append(out)
     return orjson.dumps({
         "id": COMPLETION_ID + meta.id, "object": "text_completion", "created": meta.created,

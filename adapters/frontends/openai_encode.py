@@ -252,6 +252,27 @@ class CompletionStreamEncoder(_Chunks):
         return self._chunk(c)
 
 
+def prompt_logprobs(info: ev.PromptInfo | None) -> list[dict[str, Any] | None] | None:
+    """vLLM's `prompt_logprobs` (CompletionResponseChoice): per prompt position null (the
+    first) or {"<token id>": {"logprob", "rank", "decoded_token"}}, the prompt's own token
+    first, then the alternatives the worker gave, ranked by log prob."""
+    if info is None or info.logprobs is None:
+        return None
+    out: list[dict[str, Any] | None] = []
+    for pos, lp in enumerate(info.logprobs):
+        if lp is None:
+            out.append(None)
+            continue
+        rank = info.ranks[pos] if info.ranks is not None and pos < len(info.ranks) else None
+        entry = {str(lp.id if lp.id is not None else -1):
+                 {"logprob": lp.logprob, "rank": rank, "decoded_token": lp.token}}
+        for n, a in enumerate(sorted(lp.top, key=lambda a: -a.logprob), 1):
+            entry[str(a.id if a.id is not None else -1)] = {
+                "logprob": a.logprob, "rank": n, "decoded_token": a.token}
+        out.append(entry)
+    return out
+
+
 def _usage_or_count(done: canonical.Completion) -> dict[str, Any]:
     if done.usage is not None:
         return usage_with_details(done.usage)
@@ -294,7 +315,8 @@ def chat_body(
 def completion_body(
     req: canonical.InferenceRequest, done: canonical.Completion, meta: base.ResponseMeta
 ) -> dict[str, Any]:
-    """A whole text_completion object."""
+    """A whole text_completion object; vLLM's prompt fields where the client asked for them."""
+    prompts = {p.choice: p for p in done.prompt}
     choices = []
     for c in done.choices:
         reason, matched = _finish(c)
@@ -305,6 +327,11 @@ def completion_body(
             out["logprobs"] = completion_logprobs(c.logprobs, start)
         if req.token_ids:
             out["token_ids"] = c.token_ids
+        info = prompts.get(c.index)
+        if req.prompt_logprobs is not None:
+            out["prompt_logprobs"] = prompt_logprobs(info)
+        if req.token_ids:
+            out["prompt_token_ids"] = info.token_ids if info is not None else None
         choices.append(out)
     return {"id": COMPLETION_ID + meta.id, "object": "text_completion", "created": meta.created,
             "model": meta.model, "choices": choices, "usage": _usage_or_count(done)}

@@ -165,6 +165,20 @@ def test_completions_whole_stream_and_list_prompt(client: openai.OpenAI) -> None
     assert sorted(c.index for c in many.choices) == [0, 1, 2, 3]
 
 
+def test_prompt_logprobs_reach_the_client_as_vllm_writes_them(client: openai.OpenAI) -> None:
+    """vLLM's `prompt_logprobs` extra (CompletionResponseChoice): per prompt position null
+    (the first) or {token id: {logprob, rank, decoded_token}}, with `prompt_token_ids` under
+    `return_token_ids`."""
+    r = client.completions.create(model="demo", prompt="Hello world", max_tokens=2,
+                                  extra_body={"prompt_logprobs": 1, "return_token_ids": True})
+    choice = r.choices[0].model_dump()
+    plp, ids = choice["prompt_logprobs"], choice["prompt_token_ids"]
+    assert plp[0] is None and len(plp) == len(ids) > 1
+    for pos, entry in enumerate(plp[1:], 1):
+        own = entry[str(ids[pos])]
+        assert set(own) == {"logprob", "rank", "decoded_token"} and own["logprob"] <= 0
+
+
 def test_stop_string_is_not_in_the_answer(client: openai.OpenAI) -> None:
     whole = client.chat.completions.create(model="demo", messages=MSG, max_tokens=8, seed=1)
     words = whole.choices[0].message.content.split()
