@@ -181,6 +181,7 @@ class ChatCompletion(_Closed):
     model: str
     choices: list[ChatChoice]
     usage: Usage | None = None
+    prompt_logprobs: list[dict[str, Any] | None] | None = None  # vLLM's, when asked
 
 
 class ChunkToolCallFunction(_Closed):

@@ -137,7 +137,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
     def __init__(self, chat: bool, streaming: bool, wants_prompt: bool = False):
         super().__init__("sse" if streaming else "whole")
         self._chat = chat
-        self._wants_prompt = wants_prompt and not chat  # completions choices carry them
+        self._wants_prompt = wants_prompt
         self._done = False
         self._finished = False
 
@@ -209,16 +209,27 @@ class OpenAIDecoder(decoder.FramedDecoder):
     def on_body(self, obj: Any, out: list[ev.Event]) -> None:
         if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
             raise errors.UpstreamBroken("the worker's answer has no `choices`")
+        if self._chat and self._wants_prompt:  # the chat response's own (ChatCompletionResponse)
+            self._prompt_of(obj, 0, out)
         for c in obj["choices"]:
-            if self._wants_prompt and c.get("prompt_logprobs") is None:
-                # SPEC.md: what a client asks and cannot get is a 4xx, never blanks
-                raise errors.Unsupported("the model's worker returned no prompt logprobs "
-                                         "(`prompt_logprobs`)", field="prompt_logprobs")
+            if self._wants_prompt and not self._chat:
+                self._prompt_of(c, c.get("index", 0), out)
             calls_before = len(out)
             (self._chat_choice if self._chat else self._text_choice)(c, None, out)
             _renumber_calls(out, calls_before)
         if u := obj.get("usage"):
             out.append(usage(u))
+
+
+    def _prompt_of(self, holder: dict[str, Any], choice: int, out: list[ev.Event]) -> None:
+        """The prompt log probs a completions choice or a chat response carries; asked for
+        and missing, a 4xx (SPEC.md: never blanks)."""
+        if holder.get("prompt_logprobs") is None:
+            raise errors.Unsupported("the model's worker returned no prompt logprobs "
+                                     "(`prompt_logprobs`)", field="prompt_logprobs")
+        if self._chat:  # a completions choice's are read with its other fields (_text_choice)
+            out.append(prompt_info(choice, holder.get("prompt_token_ids"),
+                                   holder.get("prompt_logprobs")))
 
 
 def _renumber_calls(out: list[ev.Event], start: int) -> None:

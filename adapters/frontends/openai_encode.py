@@ -308,8 +308,12 @@ def chat_body(
         if req.token_ids:
             out["token_ids"] = c.token_ids
         choices.append(out)
-    return {"id": CHAT_ID + meta.id, "object": "chat.completion", "created": meta.created,
-            "model": meta.model, "choices": choices, "usage": _usage_or_count(done)}
+    body: dict[str, Any] = {"id": CHAT_ID + meta.id, "object": "chat.completion",
+                            "created": meta.created, "model": meta.model, "choices": choices,
+                            "usage": _usage_or_count(done)}
+    if req.prompt_logprobs is not None:  # vLLM's, after usage (ChatCompletionResponse)
+        body["prompt_logprobs"] = prompt_logprobs(done.prompt[0] if done.prompt else None)
+    return body
 
 
 def completion_body(

@@ -177,6 +177,12 @@ def test_prompt_logprobs_reach_the_client_as_vllm_writes_them(client: openai.Ope
     for pos, entry in enumerate(plp[1:], 1):
         own = entry[str(ids[pos])]
         assert set(own) == {"logprob", "rank", "decoded_token"} and own["logprob"] <= 0
+    # chat: at the top of the response (ChatCompletionResponse.prompt_logprobs)
+    chat = client.chat.completions.create(model="demo", messages=MSG, max_tokens=2,
+                                          extra_body={"prompt_logprobs": 1}).model_dump()
+    assert chat["prompt_logprobs"][0] is None and len(chat["prompt_logprobs"]) > 1
+    assert all(set(e) and all(set(v) == {"logprob", "rank", "decoded_token"}
+                              for v in e.values()) for e in chat["prompt_logprobs"][1:])
 
 
 def test_stop_string_is_not_in_the_answer(client: openai.OpenAI) -> None:
