@@ -36,6 +36,9 @@ class TokenLogprob:
     bytes: list[int] | None = None
     id: int | None = None
     top: list[TopLogprob] = field(default_factory=list)
+    # The worker's own word on a special token (TGI's `Token.special`); None where it says
+    # none, and `token` is then the text a client's token object shows for it (`</s>`).
+    special: bool | None = None
 
 
 @dataclass(slots=True)

@@ -9,12 +9,9 @@ TGI rejects `null` for its `bool` and `Vec` fields; we read `null` as the defaul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from schemas import events as ev
 
 U32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 U64 = Annotated[int, Field(ge=0, le=2**64 - 1)]
@@ -129,16 +126,6 @@ class StreamResponse(_Closed):
     top_tokens: list[Token] | None = None  # skip_serializing_if = "Vec::is_empty"
     generated_text: str | None
     details: StreamDetails | None
-
-
-@dataclass(slots=True)
-class WorkerToken(ev.TokenLogprob):
-    """A sampled token as a TGI worker reports it (lib.rs `Token`), carried in the canonical
-    events: `token` is its own text (`</s>` for the EOS token, which the generated text leaves
-    out) and `special` the worker's flag (`all_special_ids.contains(id)`, flash_causal_lm.py
-    generate_token), which TGI clients see and the canonical TokenLogprob has no field for."""
-
-    special: bool = False
 
 
 class ErrorResponse(_Closed):

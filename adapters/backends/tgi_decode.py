@@ -18,7 +18,6 @@ import orjson
 from adapters.backends import decoder, openai_decode, stops
 from schemas import errors
 from schemas import events as ev
-from schemas import tgi as wire
 
 _FINISH: dict[str, ev.FinishReason] = {"length": "length", "eos_token": "eos",
                                        "stop_sequence": "stop_string"}
@@ -74,8 +73,8 @@ def _token_logprob(tok: dict[str, Any], tops: list[dict[str, Any]] | None) -> ev
     """The worker's token with its own text (`</s>` too) and `special` flag (lib.rs Token)."""
     alts = [ev.TopLogprob(str(t.get("text") or ""), _logprob(t.get("logprob")), None, t.get("id"))
             for t in tops or ()]
-    return wire.WorkerToken(str(tok.get("text") or ""), _logprob(tok.get("logprob")), None,
-                            tok.get("id"), alts, bool(tok.get("special")))
+    return ev.TokenLogprob(str(tok.get("text") or ""), _logprob(tok.get("logprob")), None,
+                           tok.get("id"), alts, bool(tok.get("special")))
 
 
 def finish_events(trim: stops.StopTrimmer, choice: int, reason: str | None) -> list[ev.Event]:

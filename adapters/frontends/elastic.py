@@ -133,7 +133,10 @@ class ElasticAnyTaskStreamFrontend(ElasticAnyTaskChatFrontend):
 
 
 def _names_input(body: bytes) -> bool:
-    """Whether the body is a JSON object with `input`: the completion task's request."""
+    """Whether the body is a JSON object with `input`: the completion task's request. A body
+    without the bytes `"input"` is not one, so a chat request is not decoded twice."""
+    if b'"input"' not in body:
+        return False
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -22,7 +22,6 @@ import orjson
 from adapters import base, framing
 from schemas import canonical, errors
 from schemas import events as ev
-from schemas import tgi as wire
 
 # TGI's FinishReason has three values (lib.rs); a stop token id is an end-of-sequence token.
 FINISH: dict[str, str] = {
@@ -111,7 +110,7 @@ def token(tid: int, text: str, lp: ev.TokenLogprob | None,
     (flash_causal_lm.py generate_token): a TGI worker's own flag, with its text (`</s>`:
     decode_token keeps special tokens, which the generated text leaves out); else as the
     model's tokenizer says."""
-    if isinstance(lp, wire.WorkerToken):
+    if lp is not None and lp.special is not None:
         flag = lp.special
         text = lp.token if flag and lp.token else text
     else:

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from adapters.backends import tgi_decode
 from schemas import errors
 from schemas import events as ev
-from schemas import tgi as wire
 
 SCRIPT = [(" The", 415), (" answer", 4372), (" is", 349), (" 42", 28705), (".", 28723)]
 
@@ -52,7 +51,7 @@ def finish_of(events: list[ev.Event]) -> ev.Finish:
 
 def test_tokens_carry_their_ids_and_logprobs_and_details_give_usage() -> None:
     events = decode(stream_events(SCRIPT[:2], "length"))
-    assert events[0] == ev.TextDelta(0, " The", [415], [wire.WorkerToken(" The", -0.25, None, 415)])
+    assert events[0] == ev.TextDelta(0, " The", [415], [ev.TokenLogprob(" The", -0.25, None, 415, [], False)])
     assert finish_of(events) == ev.Finish(0, "length")
     assert events[-1] == ev.Usage(7, 2)
 
@@ -76,8 +75,8 @@ def test_a_special_eos_token_keeps_its_id_text_and_flag_but_adds_no_text() -> No
     the worker's token, flag included, stays with its logprob for TGI clients."""
     events = decode(stream_events([*SCRIPT[:2], ("</s>", 2)], special_last=True))
     assert text_of(events) == " The answer"
-    assert events[2] == ev.TextDelta(0, "", [2], [wire.WorkerToken("</s>", -0.75, None, 2,
-                                                                   special=True)])
+    assert events[2] == ev.TextDelta(0, "", [2], [ev.TokenLogprob("</s>", -0.75, None, 2,
+                                                                     special=True)])
     assert finish_of(events).reason == "eos"
 
 

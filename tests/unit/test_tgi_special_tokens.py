@@ -5,8 +5,9 @@ Sources, TGI @ db931fcf (v3.3.7): server/text_generation_server/models/flash_cau
 `</s>`; `Tokens(..., [nid in self.all_special_ids for nid in _next_token_ids])`; generated_text
 decoded with `skip_special_tokens=True`; prefill texts from `batch_decode(...,
 skip_special_tokens=False)` with a NaN logprob for the first), router/src/lib.rs (`Token`,
-`PrefillToken`; serde writes the NaN as null). The worker's flag and text travel in
-schemas.tgi.WorkerToken; the OpenAI text leaves special tokens out as the worker's does.
+`PrefillToken`; serde writes the NaN as null). The worker's flag and text travel in the
+canonical TokenLogprob (`special`); the OpenAI text leaves special tokens out as the worker's
+does.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from adapters.backends import tgi_decode
 from adapters.frontends import tgi_encode
 from schemas import canonical
 from schemas import events as ev
-from schemas import tgi as wire
 
 ST = tgi_encode.TgiState(details=True)
 
@@ -102,4 +102,4 @@ def test_the_first_prefill_token_keeps_its_text_with_a_null_logprob() -> None:
     details = tgi_encode.generate_body(st, done, done.choices[0], [])["details"]
     assert details["prefill"] == [{"id": 100, "text": "Hello", "logprob": None},
                                   {"id": 101, "text": " there", "logprob": -1.5}]
-    assert isinstance(done.choices[0].logprobs and done.choices[0].logprobs[0], wire.WorkerToken)
+    assert done.choices[0].logprobs and done.choices[0].logprobs[0].special is not None
