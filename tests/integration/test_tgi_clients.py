@@ -2,8 +2,9 @@
 
 huggingface_hub's InferenceClient with only `base_url` set: text_generation posts TGI's compat
 route (POST /) and chat_completion posts /v1/chat/completions with model "dummy".
-text_generation's Client (0.7.0; it pins huggingface-hub<1.0, so it is not a declared test
-dependency and these tests skip without it) posts / and /v1/chat/completions with model "tgi".
+text_generation's Client (0.7.0) posts / and /v1/chat/completions with model "tgi"; it pins
+huggingface-hub<1.0, which the InferenceClient tests cannot have, so the test command installs
+it with --no-deps (it imports nothing huggingface_hub 1.x lacks).
 The simulator's /_sim/last_request shows the vLLM request each call became.
 """
 
@@ -141,9 +142,8 @@ def test_info_and_health(urls: tuple[str, str]) -> None:
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # its own pydantic `.dict()` calls
 def test_text_generation_client(urls: tuple[str, str]) -> None:
-    tg = pytest.importorskip(
-        "text_generation", reason="text-generation 0.7 pins huggingface-hub<1.0, which the "
-        "huggingface_hub tests need; install it with --no-deps to run this test")
+    import text_generation as tg  # installed by the test command (--no-deps), see above
+
     client = tg.Client(urls[0], timeout=20)
     out = client.generate(PROMPT, max_new_tokens=4)
     assert out.details.generated_tokens == 4 and out.details.finish_reason == "length"
