@@ -167,7 +167,32 @@ def as_openai(data: dict[str, Any]) -> dict[str, Any]:
     fmt = out.get("response_format")
     if isinstance(fmt, dict) and "value" in fmt:
         _grammar(out, fmt)
+    if isinstance(out.get("messages"), list):
+        out["messages"] = [_message(m) for m in out["messages"]]
     return out
+
+
+def _message(m: Any) -> Any:
+    """A TGI Message as OpenAI's: a tool call's `arguments` (or its alias `parameters`) is any
+    JSON value in TGI (lib.rs FunctionDefinition, `arguments: serde_json::Value`), a JSON string
+    in OpenAI's; huggingface_hub types it `Any`, so an object is sent as its compact JSON text
+    (serde_json's `to_string`, TGI's `serialize_as_string`)."""
+    calls = m.get("tool_calls") if isinstance(m, dict) else None
+    if not isinstance(calls, list):
+        return m
+    return {**m, "tool_calls": [_call(c) for c in calls]}
+
+
+def _call(c: Any) -> Any:
+    fn = c.get("function") if isinstance(c, dict) else None
+    if not isinstance(fn, dict) or isinstance(fn.get("arguments"), str):
+        return c
+    fn = dict(fn)
+    alias = fn.pop("parameters", None)
+    args = fn.pop("arguments", alias)
+    if args is not None:
+        fn["arguments"] = args if isinstance(args, str) else orjson.dumps(args).decode()
+    return {**c, "function": fn}
 
 
 def _grammar(out: dict[str, Any], fmt: dict[str, Any]) -> None:

@@ -160,3 +160,24 @@ def test_text_generation_client(urls: tuple[str, str]) -> None:
     # Its streaming chat is not checked: text_generation 0.7.0 json.loads the terminator
     # `data: [DONE]` that TGI itself writes and fails on it, and its ChoiceDelta wants a
     # `tool_calls: null` that TGI 3 does not write (and Elasticsearch's parser refuses).
+
+
+def test_chat_history_with_tool_call_arguments_as_an_object(hf: InferenceClient,
+                                                            urls: tuple[str, str]) -> None:
+    """TGI reads a tool call's `arguments` (alias `parameters`) as any JSON value
+    (huggingface/text-generation-inference router/src/lib.rs FunctionDefinition,
+    `arguments: serde_json::Value`, written back as its JSON text by `serialize_as_string`);
+    huggingface_hub types it `Any`. The worker gets OpenAI's JSON string."""
+    history = [*MSGS,
+               {"role": "assistant", "tool_calls": [{"id": "0", "type": "function", "function": {
+                   "name": "get_weather", "arguments": {"city": "Paris"}}}]},
+               {"role": "assistant", "tool_calls": [{"id": "1", "type": "function", "function": {
+                   "name": "get_weather", "parameters": {"city": "Rome"}}}]},
+               {"role": "tool", "tool_call_id": "0", "content": "sunny"}]
+    out = hf.chat_completion(history, max_tokens=2)
+    assert out.choices[0].message.content
+    sent = last_upstream(urls)["body"]["messages"]
+    assert sent[1]["tool_calls"][0]["function"] == {"name": "get_weather",
+                                                    "arguments": '{"city":"Paris"}'}
+    assert sent[2]["tool_calls"][0]["function"] == {"name": "get_weather",
+                                                    "arguments": '{"city":"Rome"}'}
