@@ -128,7 +128,8 @@ async def no_route(request: Request, exc: Exception) -> Response:
         refusal = errors.NoRoute(f"Unknown request URL: {method} {path}", method=method,
                                  uri=uri)
     out = make().render_error(refusal)
-    return Response(out.body, out.status, headers={**out.headers, **extra},
+    rid = request.headers.get("x-request-id") or serving.new_id()
+    return Response(out.body, out.status, headers={**out.headers, **extra, "x-request-id": rid},
                     media_type=out.media_type)
 
 

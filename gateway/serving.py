@@ -362,6 +362,8 @@ class StatusEndpoint:
         # no media type: no content-type at all (TGI's healthy /health is `()`)
         hdrs = [(b"content-type", out.media_type.encode())] if out.media_type else []
         hdrs += [(k.encode(), v.encode()) for k, v in out.headers.items()]
+        # every request's id, echoed or made (SPEC.md), as on the inference routes
+        hdrs.append((b"x-request-id", (headers.get("x-request-id") or new_id()).encode()))
         await client.send({"type": "http.response.start", "status": out.status,
                            "headers": hdrs})
         await client.send({"type": "http.response.body", "body": out.body})

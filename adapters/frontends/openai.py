@@ -1,4 +1,4 @@
-"""OpenAI client protocol: /v1/chat/completions and /v1/completions, GET /v1/models."""
+"""OpenAI client protocol: /v1/chat/completions and /v1/completions, GET /v1/models[/{model}]."""
 
 from __future__ import annotations
 
@@ -71,11 +71,23 @@ class OpenAICompletionsFrontend:
         return enc.render_error(exc)
 
 
+def _model(name: str, view: base.GatewayView) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": view.started, "owned_by": "gateway"}
+
+
 def models(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
     """GET /v1/models: every name and alias a client may send, in OpenAI's list shape."""
-    data = [{"id": name, "object": "model", "created": view.started, "owned_by": "gateway"}
-            for m in view.models for name in (m.name, *m.aliases)]
+    data = [_model(name, view) for m in view.models for name in (m.name, *m.aliases)]
     return base.Rendered(200, orjson.dumps({"object": "list", "data": data}))
+
+
+def model(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
+    """GET /v1/models/{model} (openai-python `models.retrieve`, which percent-encodes a `/` in
+    the name): one model object; an unknown name is OpenAI's 404 `model_not_found`."""
+    name = ctx.path_params.get("model", "")
+    if not any(name == n for m in view.models for n in (m.name, *m.aliases)):
+        raise errors.ModelNotFound(f"The model `{name}` does not exist.", field="model")
+    return base.Rendered(200, orjson.dumps(_model(name, view)))
 
 
 def health(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
@@ -89,4 +101,6 @@ ROUTES = (
     base.InferenceRoute("/v1/chat/completions", OpenAIChatFrontend),
     base.InferenceRoute("/v1/completions", OpenAICompletionsFrontend),
 )
-STATUS_ROUTES = (base.StatusRouteSpec("/v1/models", models, OpenAICompletionsFrontend),)
+STATUS_ROUTES = (base.StatusRouteSpec("/v1/models", models, OpenAICompletionsFrontend),
+                 base.StatusRouteSpec("/v1/models/{model:path}", model,
+                                      OpenAICompletionsFrontend))

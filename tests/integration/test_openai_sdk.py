@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -203,6 +204,29 @@ def test_models_and_errors(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as bad:
         client.chat.completions.create(model="demo", messages=MSG, temperature=9)
     assert bad.value.param == "temperature"
+
+
+def test_models_retrieve_and_request_ids_on_every_route(client: openai.OpenAI) -> None:
+    """openai-python `models.retrieve` GETs /v1/models/{model} (the name percent-encoded,
+    openai/_utils/_path.py path_template); OpenAI answers one model object, a 404
+    `model_not_found` for an unknown one. SPEC.md: every request's id is echoed as
+    `x-request-id`, so `with_raw_response` shows it on the status routes too."""
+    assert client.models.retrieve("demo-alias").id == "demo-alias"
+    with pytest.raises(openai.NotFoundError) as nf:
+        client.models.retrieve("org/unknown")
+    assert (nf.value.code, nf.value.param) == ("model_not_found", "model")
+    assert "org/unknown" in nf.value.message
+    raw = client.models.with_raw_response.list(extra_headers={"x-request-id": "req-models"})
+    assert raw.headers["x-request-id"] == "req-models"
+    assert {m.id for m in raw.parse()} >= {"demo", "demo-alias"}
+    chat = client.chat.completions.with_raw_response.create(
+        model="demo", messages=MSG, max_tokens=2, extra_headers={"x-request-id": "req-chat"})
+    assert chat.headers["x-request-id"] == "req-chat" and chat.parse().choices
+    own = client.with_options(max_retries=0).get("/models", cast_to=httpx.Response)
+    assert len(own.headers["x-request-id"]) == 32  # made by the gateway when none came
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.embeddings.create(model="demo", input="x")
+    assert missing.value.response.headers["x-request-id"]
 
 
 def test_mid_stream_failure_raises_in_the_sdk(client: openai.OpenAI) -> None:
