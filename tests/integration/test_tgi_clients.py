@@ -10,12 +10,14 @@ The simulator's /_sim/last_request shows the vLLM request each call became.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from huggingface_hub import InferenceClient
+from huggingface_hub import AsyncInferenceClient, InferenceClient
 from huggingface_hub import errors as hf_errors
 
 from tests.integration import procs
@@ -181,3 +183,119 @@ def test_chat_history_with_tool_call_arguments_as_an_object(hf: InferenceClient,
                                                     "arguments": '{"city":"Paris"}'}
     assert sent[2]["tool_calls"][0]["function"] == {"name": "get_weather",
                                                     "arguments": '{"city":"Rome"}'}
+
+
+JSON_A = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+def test_text_generation_best_of_top_tokens_and_grammar(hf: InferenceClient,
+                                                        urls: tuple[str, str]) -> None:
+    """TGI's `best_of` (details.best_of_sequences), `top_n_tokens` (details.top_tokens and each
+    stream event's top_tokens, the chosen token first) and `grammar` (lib.rs GrammarType,
+    `{"type": "json", "value": schema}` / `regex`) through huggingface_hub."""
+    best = hf.text_generation(PROMPT, max_new_tokens=3, best_of=2, do_sample=True, details=True,
+                              return_full_text=False)
+    assert best.details is not None and best.details.best_of_sequences is not None
+    assert len(best.details.best_of_sequences) == 1
+    other = best.details.best_of_sequences[0]
+    assert other.generated_tokens == 3 and other.generated_text
+    top = hf.text_generation(PROMPT, max_new_tokens=2, details=True, top_n_tokens=2,
+                             return_full_text=False)
+    assert top.details is not None and top.details.top_tokens is not None
+    assert [len(t) for t in top.details.top_tokens] == [2, 2]
+    assert [t[0]["text"] for t in top.details.top_tokens] == [
+        t.text for t in top.details.tokens]
+    events = list(hf.text_generation(PROMPT, max_new_tokens=2, stream=True, details=True,
+                                     top_n_tokens=2))
+    assert all(e.top_tokens and e.top_tokens[0].text == e.token.text for e in events)
+    shaped = hf.text_generation(PROMPT, max_new_tokens=40, return_full_text=False,
+                                grammar={"type": "json", "value": JSON_A})
+    assert isinstance(json.loads(shaped)["a"], int)
+    assert last_upstream(urls)["body"]["response_format"]["json_schema"]["schema"] == JSON_A
+    digits = hf.text_generation(PROMPT, max_new_tokens=5, return_full_text=False,
+                                grammar={"type": "regex", "value": "[0-9]+"})
+    assert digits and last_upstream(urls)["body"]["structured_outputs"] == {"regex": "[0-9]+"}
+
+
+def test_chat_completion_tools_formats_logprobs_and_usage(hf: InferenceClient) -> None:
+    """huggingface_hub's chat_completion in TGI's Messages API: tool calls whole and streamed
+    (tool_choice auto / required / by name, TGI's bare-name form too), response_format,
+    logprobs, and the usage chunk of stream_options.include_usage (chat.rs: `choices: []`)."""
+    for choice in ("auto", "required", {"type": "function", "function": {"name": "get_weather"}},
+                   "get_weather"):
+        out = hf.chat_completion(MSGS, tools=TOOLS, tool_choice=choice)  # type: ignore[arg-type]
+        calls = out.choices[0].message.tool_calls
+        assert calls and calls[0].function.name == "get_weather"
+        assert "city" in json.loads(calls[0].function.arguments)
+    name, args = "", ""
+    for chunk in hf.chat_completion(MSGS, tools=TOOLS, tool_choice="auto", stream=True):
+        for t in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            name += t.function.name or ""
+            args += t.function.arguments or ""
+    assert name == "get_weather" and "city" in json.loads(args)
+    shaped = hf.chat_completion(MSGS, max_tokens=40, response_format={
+        "type": "json_schema", "json_schema": {"name": "a", "schema": JSON_A}})
+    assert isinstance(json.loads(shaped.choices[0].message.content or "")["a"], int)
+    lp = hf.chat_completion(MSGS, max_tokens=3, logprobs=True, top_logprobs=2)
+    content = lp.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert len(content) == 3 and all(len(t.top_logprobs) == 2 for t in content)
+    chunks = list(hf.chat_completion(MSGS, max_tokens=3, stream=True,
+                                     stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 3
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_async_inference_client_and_errors_mid_stream(urls: tuple[str, str]) -> None:
+    """AsyncInferenceClient as the sync one: a worker failure after the first token is TGI's
+    `generation` error event on /generate_stream (GenerationError), and on the Messages API
+    stream TGI's `{"error": {"message", "http_status_code": 422}}` event (infer/mod.rs
+    into_openai_event), which huggingface_hub raises with no error_type (UnknownError)."""
+    async def run() -> None:
+        client = AsyncInferenceClient(base_url=urls[0], timeout=20)
+        out = await client.text_generation(PROMPT, max_new_tokens=2, details=True)
+        assert out.details is not None and out.details.generated_tokens == 2
+        got = []
+        with pytest.raises(hf_errors.GenerationError, match="Simulated engine error"):
+            async for tok in await client.text_generation(PROMPT + " [[sim error_after=2]]",
+                                                          stream=True):
+                got.append(tok)
+        assert len(got) == 2
+        with pytest.raises(hf_errors.UnknownError, match="http_status_code"):
+            async for _ in await client.chat_completion(
+                    [{"role": "user", "content": "x [[sim error_after=1]]"}], stream=True):
+                pass
+
+    asyncio.run(run())
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # its own pydantic `.dict()` calls
+def test_text_generation_client_parameters(urls: tuple[str, str]) -> None:
+    """text-generation 0.7.0's Client and AsyncClient with best_of, decoder_input_details,
+    top_n_tokens and grammar (its types.Grammar), parsed by its pydantic Response models."""
+    import text_generation as tg
+
+    client = tg.Client(urls[0], timeout=20)
+    best = client.generate(PROMPT, max_new_tokens=3, best_of=2, do_sample=True,
+                           decoder_input_details=True, top_n_tokens=1)
+    assert best.details.best_of_sequences and best.details.prefill[0].logprob is None
+    assert best.details.top_tokens and len(best.details.top_tokens) == 3
+    grammar = tg.types.Grammar(type=tg.types.GrammarType.Json, value=JSON_A)
+    shaped = list(client.generate_stream(PROMPT, max_new_tokens=40, grammar=grammar))
+    assert isinstance(json.loads(shaped[-1].generated_text or "")["a"], int)
+
+    async def run() -> None:
+        aclient = tg.AsyncClient(urls[0], timeout=20)
+        out = await aclient.generate(PROMPT, max_new_tokens=2, top_n_tokens=2)
+        assert out.details.top_tokens and [len(t) for t in out.details.top_tokens] == [2, 2]
+        streamed = [r async for r in aclient.generate_stream(PROMPT, max_new_tokens=2)]
+        assert streamed[-1].details is not None and streamed[-1].generated_text == \
+            out.generated_text
+        with pytest.raises(tg.errors.ValidationError, match="`top_n_tokens` must be"):
+            await aclient.generate(PROMPT, top_n_tokens=9)
+
+    asyncio.run(run())
