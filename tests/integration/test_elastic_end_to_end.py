@@ -21,7 +21,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from elasticsearch import BadRequestError, Elasticsearch, NotFoundError, UnsupportedProductError
+from elasticsearch import (
+    ApiError,
+    BadRequestError,
+    Elasticsearch,
+    NotFoundError,
+    UnsupportedProductError,
+)
 
 from adapters.frontends import elastic_encode as enc
 from schemas import elastic as wire
@@ -274,3 +280,50 @@ def test_model_less_es_bodies_replayed(urls: dict[str, str]) -> None:
     assert target.check_stream(streamed.content, "parser")
     whole = httpx.post(urls["gw"] + "/v1/chat/completions", json=target.HF_NO_MODEL, timeout=20)
     assert target.check_whole(whole.content)
+
+
+def test_inference_method_with_a_task_type(es: Elasticsearch, urls: dict[str, str]) -> None:
+    """elasticsearch-py `inference.inference(task_type=..., inference_id=...)` POSTs
+    /_inference/{task_type}/{inference_id} (Paths.java INFERENCE_ID_PATH with a task type):
+    `completion` takes `input`; `chat_completion` answers a unified chat body whole (ES 9.x)
+    and, as UnifiedCompletionRequest.PARSER, refuses `input` as an unknown field."""
+    done = es.inference.inference(inference_id="my-chat", task_type="completion",
+                                  input="Hi [[sim tokens=3]]")
+    assert done.meta.headers["x-elastic-product"] == "Elasticsearch"
+    assert isinstance(done.body["completion"][0]["result"], str)
+    chat = es.inference.inference(inference_id="demo", task_type="chat_completion",
+                                  body={"messages": ASK, "max_completion_tokens": 2})
+    whole = wire.ChatCompletion.model_validate(chat.body)
+    assert whole.choices[0].message.content and whole.choices[0].finish_reason == "length"
+    sent = last_upstream(urls)["body"]
+    assert sent.get("max_completion_tokens", sent.get("max_tokens")) == 2
+    with pytest.raises(BadRequestError) as unknown:
+        es.inference.inference(inference_id="demo", task_type="chat_completion", input="x")
+    assert "unknown field [input]" in unknown.value.body["error"]["message"]
+    with pytest.raises(BadRequestError) as several:
+        es.inference.completion(inference_id="demo", input=["a", "b"])
+    assert several.value.body["status"] == 400
+
+
+def test_errors_on_the_completion_task(es: Elasticsearch) -> None:
+    """ES's generic error JSON (`{"error": {"root_cause", "type", "reason"}, "status"}`) for a
+    body without `input`, an unknown field, and a worker failure (status_exception with the
+    gateway's status); on `_stream` a failure after the first chunk is `event: error` after
+    HTTP 200 (ServerSentEventsRestActionListener.onFailure), no [DONE]."""
+    with pytest.raises(BadRequestError) as missing:
+        es.inference.completion(inference_id="demo", body={})
+    assert missing.value.message == "action_request_validation_exception"
+    with pytest.raises(BadRequestError) as extra:
+        es.inference.completion(inference_id="demo", body={"input": "x", "foo": 1})
+    assert "unknown field [foo]" in extra.value.body["error"]["reason"]
+    with pytest.raises(ApiError) as failed:
+        es.inference.completion(inference_id="demo", input="x [[sim error_after=1]]")
+    assert failed.value.status_code >= 500 and failed.value.message == "status_exception"
+    cut = es.perform_request("POST", "/_inference/completion/demo/_stream", headers=SSE,
+                             body={"input": "x [[sim tokens=8 error_after=2]]"})
+    blocks = cut.body.split("\n\n")[:-1]
+    assert cut.meta.status == 200 and "[DONE]" not in cut.body
+    assert blocks[0].startswith("event: message\n")
+    name, data = blocks[-1].split("\n")
+    assert name == "event: error"
+    assert wire.EsError.model_validate_json(data.removeprefix("data: ")).status >= 500

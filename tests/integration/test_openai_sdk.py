@@ -6,12 +6,14 @@ exactly as an application would, with only its base_url pointed at the gateway.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
+import pydantic
 import pytest
 
 from tests.integration import procs
@@ -227,6 +229,82 @@ def test_models_retrieve_and_request_ids_on_every_route(client: openai.OpenAI) -
     with pytest.raises(openai.NotFoundError) as missing:
         client.embeddings.create(model="demo", input="x")
     assert missing.value.response.headers["x-request-id"]
+
+
+class Weather(pydantic.BaseModel):
+    city: str
+    temp: int
+
+
+def test_tool_choice_required_and_named_accumulated_the_sdk_way(client: openai.OpenAI) -> None:
+    """vLLM's tool_choice "required" and a named function (serving_chat.py: a guided-decoded
+    call of that function), streamed as tool-call deltas that openai-python's stream helper
+    (lib/streaming/chat/_completions.py) accumulates per choice and index."""
+    tools = [*TOOLS, openai.pydantic_function_tool(Weather)]
+    required = client.chat.completions.create(model="demo", messages=MSG, tools=tools,
+                                              tool_choice="required")
+    assert required.choices[0].message.tool_calls
+    named = {"type": "function", "function": {"name": "Weather"}}
+    with client.chat.completions.stream(model="demo", messages=MSG, tools=tools,
+                                        tool_choice=named, n=2,  # type: ignore[arg-type]
+                                        max_completion_tokens=64) as stream:
+        kinds = {event.type for event in stream}
+        final = stream.get_final_completion()
+    assert "tool_calls.function.arguments.done" in kinds
+    assert [c.index for c in final.choices] == [0, 1]
+    for c in final.choices:
+        call = c.message.tool_calls[0]  # type: ignore[index]
+        assert call.function.name == "Weather" and call.id
+        assert isinstance(call.function.parsed_arguments, Weather)
+        assert c.finish_reason == "tool_calls"
+
+
+def test_structured_output_parse_sync_beta_and_async(client: openai.OpenAI,
+                                                     gateway_url: str) -> None:
+    """response_format json_schema from a pydantic model (`chat.completions.parse`, its
+    `beta` alias and the async stream helper): the worker's guided JSON parses as the model."""
+    r = client.chat.completions.parse(model="demo", messages=MSG, response_format=Weather, n=2)
+    assert all(isinstance(c.message.parsed, Weather) for c in r.choices)
+    beta = client.beta.chat.completions.parse(model="demo", messages=MSG,
+                                              response_format=Weather)
+    assert beta.choices[0].message.parsed == r.choices[0].message.parsed
+
+    async def run() -> None:
+        aclient = openai.AsyncOpenAI(base_url=gateway_url + "/v1", api_key="unused",
+                                     max_retries=0, timeout=20)
+        async with aclient.chat.completions.stream(
+                model="demo", messages=MSG, response_format=Weather,
+                stream_options={"include_usage": True}) as stream:
+            async for _ in stream:
+                pass
+            done = await stream.get_final_completion()
+        assert isinstance(done.choices[0].message.parsed, Weather)
+        assert done.usage is not None and done.usage.completion_tokens > 0
+        with pytest.raises(openai.APIError, match="Simulated engine error"):
+            async for _ in await aclient.chat.completions.create(
+                    model="demo", stream=True, max_tokens=9,
+                    messages=[{"role": "user", "content": "x [[sim error_after=2]]"}]):
+                pass
+        await aclient.close()
+
+    asyncio.run(run())
+
+
+def test_completions_token_ids_and_usage_chunk(client: openai.OpenAI) -> None:
+    """Token-id prompts (one and several) and the completions usage chunk (empty
+    `choices`, vLLM serving_completion.py) with `max_completion_tokens`' sibling max_tokens."""
+    one = client.completions.create(model="demo", prompt=[1005, 1197], max_tokens=3)
+    assert one.choices[0].text and one.usage is not None and one.usage.prompt_tokens == 2
+    many = client.completions.create(model="demo", prompt=[[1005, 1197], [1222]], max_tokens=2)
+    assert [c.index for c in many.choices] == [0, 1]
+    chunks = list(client.completions.create(model="demo", prompt="Once", max_tokens=3,
+                                            n=2, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 6
+    assert all(c.usage is None for c in chunks[:-1])
+    chat = client.chat.completions.create(model="demo", messages=MSG, max_completion_tokens=3)
+    assert chat.usage is not None and chat.usage.completion_tokens == 3
 
 
 def test_mid_stream_failure_raises_in_the_sdk(client: openai.OpenAI) -> None:
