@@ -127,6 +127,18 @@ def _error_message(err: Any) -> str:
     return str(err)
 
 
+def in_band_error(err: Any) -> errors.GatewayError:
+    """An error event in a stream: vLLM's carries the status it would have answered (its
+    int `code`, engine/serving.py create_error_response: 400 for a VLLMValidationError or
+    ValueError, which add_request raises inside the stream, e.g. too many logprobs). A 4xx is
+    the request's fault and is passed on as one; anything else is the worker failing."""
+    message = _error_message(err)
+    code = err.get("code") if isinstance(err, dict) else None
+    if type(code) is int and 400 <= code < 500:
+        return errors.UpstreamRejected(message, status=code)
+    return errors.UpstreamBroken(f"the worker failed: {message}")
+
+
 class OpenAIDecoder(decoder.FramedDecoder):
     """Decodes chat or completions answers; `chat` picks `delta`/`message` versus `text`."""
 
@@ -155,7 +167,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
 
     def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
         if obj.get("error"):  # vLLM's in-band error (wire-formats.md 3.5), then `[DONE]`
-            raise errors.UpstreamBroken(f"the worker failed: {_error_message(obj['error'])}")
+            raise in_band_error(obj["error"])
         if u := obj.get("usage"):  # first: a chunk's continuous usage counts its own tokens
             out.append(usage(u))
         for c in obj.get("choices") or ():
