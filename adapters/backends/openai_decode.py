@@ -16,6 +16,9 @@ from schemas import events as ev
 _FINISH: dict[str, ev.FinishReason] = {
     "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls",
     "content_filter": "content_filter", "abort": "abort",
+    # trtllm-serve passes TensorRT-LLM's own reasons on (executor/result.py CompletionOutput
+    # `finish_reason`: stop, length, timeout, cancelled): an answer cut short, not an end.
+    "cancelled": "abort", "timeout": "abort",
 }
 
 
