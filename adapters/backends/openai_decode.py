@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from adapters.backends import decoder
 from schemas import errors
 from schemas import events as ev
@@ -124,6 +126,15 @@ def prompt_info(choice: int, ids: list[int] | None, plp: Any) -> ev.PromptInfo:
     return ev.PromptInfo(choice, ids, lps, ranks)
 
 
+def arguments(value: Any) -> str:
+    """A call's arguments, always the JSON text OpenAI's clients parse: TGI before v3.2.0 wrote
+    them as a JSON object (lib.rs FunctionDefinition.arguments: Value, serialized as a string
+    since "Fix tool call2", #3076)."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
 def _error_message(err: Any) -> str:
     if isinstance(err, dict):
         return str(err.get("message") or err)
@@ -188,11 +199,14 @@ class OpenAIDecoder(decoder.FramedDecoder):
         text = m.get("content")
         if text or ids or lps:
             out.append(ev.TextDelta(i, text or "", ids, lps))
-        for t in m.get("tool_calls") or ():
+        calls = m.get("tool_calls") or ()
+        if isinstance(calls, dict):  # TGI < 3.2 streams one call as an object (lib.rs
+            calls = (calls,)  # ToolCallDelta.tool_calls: DeltaToolCall, a Vec from v3.2.0)
+        for t in calls:
             fn = t.get("function") or {}
             index = t.get("index", 0) if delta is not None else len(out)
             out.append(ev.ToolCallDelta(i, index, t.get("id"), fn.get("name"),
-                                        fn.get("arguments") or ""))
+                                        arguments(fn.get("arguments"))))
         self._end(c, i, out)
 
     def _extras(self, m: dict[str, Any], i: int, out: list[ev.Event]) -> None:
