@@ -196,6 +196,9 @@ class OpenAIBackend:
         if status >= 500:
             return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502,
                                               detail=detail)
+        if status == 429:  # this worker is busy (a rate limit in front of it), not the request
+            # at fault: another upstream may take it, as TGI's `overloaded` (tgi_decode)
+            return errors.UpstreamUnavailable(message, status=429, detail=detail)
         return errors.UpstreamRejected(message, status=status, detail=detail)
 
     def health_path(self) -> str:

@@ -77,3 +77,38 @@ async def test_a_refusal_after_text_ends_the_stream_in_band() -> None:
     assert '"content":"Hel"' in events[1]
     assert orjson.loads(events[-2].removeprefix("data: "))["error"]["message"] == MESSAGE
     assert events[-1] == "data: [DONE]"
+
+
+RATE_LIMITED = httpx.Response(429, json={"error": {
+    "message": "Rate limit reached for requests", "type": "requests", "param": None,
+    "code": "rate_limit_exceeded"}}, headers={"retry-after": "1"})
+
+
+@pytest.mark.anyio
+async def test_a_rate_limited_openai_worker_is_passed_over_for_another() -> None:
+    """OpenAI's API answers 429 when a key's rate limit is reached (openai-python
+    RateLimitError): that worker is busy, the request is fine, so another upstream takes it."""
+    ok = orjson.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                       "choices": [{"index": 0, "message": {"role": "assistant",
+                                                            "content": "Hello"},
+                                    "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": 1,
+                                 "total_tokens": 4}})
+    with respx.mock(assert_all_called=False) as r:
+        healthy(r)
+        first = r.post("http://up1:8000/v1/chat/completions").mock(return_value=RATE_LIMITED)
+        second = r.post("http://up2:8000/v1/chat/completions").mock(
+            return_value=httpx.Response(200, content=ok))
+        resp = await call(r, CHAT)
+    assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == "Hello"
+    assert first.call_count == 1 and second.call_count == 1
+
+
+@pytest.mark.anyio
+async def test_every_worker_rate_limited_is_the_clients_429() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        healthy(r)
+        r.post(url__startswith="http://up").mock(return_value=RATE_LIMITED)
+        resp = await call(r, CHAT)
+    assert resp.status_code == 429
+    assert resp.json()["error"]["message"] == "Rate limit reached for requests"
