@@ -112,3 +112,22 @@ async def test_every_worker_rate_limited_is_the_clients_429() -> None:
         resp = await call(r, CHAT)
     assert resp.status_code == 429
     assert resp.json()["error"]["message"] == "Rate limit reached for requests"
+
+
+@pytest.mark.anyio
+async def test_fastapis_own_422_names_the_fields_in_the_clients_message() -> None:
+    """An OpenAI-compatible server that leaves validation to FastAPI answers 422
+    `{"detail": [{"type", "loc", "msg", "input"}]}` (fastapi/exception_handlers.py); the client
+    reads the fields and reasons, not a Python list's repr."""
+    body = {"detail": [{"type": "missing", "loc": ["body", "messages"], "msg": "Field required",
+                        "input": {}},
+                       {"type": "float_parsing", "loc": ["body", "temperature"],
+                        "msg": "Input should be a valid number", "input": "hot"}]}
+    with respx.mock(assert_all_called=False) as r:
+        healthy(r)
+        route = r.post(url__startswith="http://up").mock(
+            return_value=httpx.Response(422, json=body))
+        resp = await call(r, CHAT)
+    assert resp.status_code == 422 and route.call_count == 1
+    assert resp.json()["error"]["message"] == (
+        "`messages`: Field required; `temperature`: Input should be a valid number")
