@@ -11,7 +11,7 @@ import orjson
 import pytest
 import respx
 
-from tests.unit.test_pipeline_respx import CHAT, call, healthy, make_config
+from tests.unit.test_pipeline_respx import CHAT, SSE_OK, call, healthy, make_config
 
 # vLLM 0.11 serving_chat.py: an exception of the stream's generator is written as one error
 # event then `[DONE]`, under HTTP 200; engine/serving.py create_error_response gives a
@@ -131,3 +131,20 @@ async def test_fastapis_own_422_names_the_fields_in_the_clients_message() -> Non
     assert resp.status_code == 422 and route.call_count == 1
     assert resp.json()["error"]["message"] == (
         "`messages`: Field required; `temperature`: Input should be a valid number")
+
+
+@pytest.mark.anyio
+async def test_a_stream_answered_with_no_event_at_all_is_tried_on_another_worker() -> None:
+    """trtllm-serve's openai_chat returns nothing on a CppExecutorError (it raises SIGINT to
+    stop itself; openai_server.py), which FastAPI sends as HTTP 200 `null`: the worker failed
+    before anything reached the client, so another upstream takes the stream."""
+    with respx.mock(assert_all_called=False) as r:
+        healthy(r)
+        dying = r.post("http://up1:8000/v1/chat/completions").mock(return_value=httpx.Response(
+            200, content=b"null", headers={"content-type": "application/json"}))
+        good = r.post("http://up2:8000/v1/chat/completions").mock(
+            return_value=httpx.Response(200, content=SSE_OK))
+        resp = await call(r, {**CHAT, "stream": True})
+    assert resp.status_code == 200 and '"content":"Hello"' in resp.text
+    assert resp.text.endswith("data: [DONE]\n\n")
+    assert dying.call_count == 1 and good.call_count == 1
