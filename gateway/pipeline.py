@@ -190,9 +190,12 @@ class Pipeline:
             while data := await resp.read_chunk():
                 if first := dec.feed(data):
                     return Opened(resp, dec, first, True)
-        except errors.UpstreamBroken as exc:  # the transport broke before any event
+            # An answer that ended before its first event fails the same way, whether its
+            # bytes failed on a read or at the end: e.g. trtllm-serve's `null` with HTTP 200
+            # when its executor fails (openai_server.py openai_chat: CppExecutorError).
+            return Opened(resp, dec, dec.close(), False)
+        except errors.UpstreamBroken as exc:  # nothing reached the client: another may serve
             raise errors.UpstreamUnavailable(exc.message, detail=exc.detail) from exc
-        return Opened(resp, dec, dec.close(), False)
 
     def batches(self, opened: Opened) -> AsyncGenerator[list[ev.Event], None]:
         """Event batches, one per upstream read; the upstream is closed however this ends

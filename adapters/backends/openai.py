@@ -196,6 +196,9 @@ class OpenAIBackend:
         if status >= 500:
             return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502,
                                               detail=detail)
+        if status == 429:  # this worker is busy (a rate limit in front of it), not the request
+            # at fault: another upstream may take it, as TGI's `overloaded` (tgi_decode)
+            return errors.UpstreamUnavailable(message, status=429, detail=detail)
         return errors.UpstreamRejected(message, status=status, detail=detail)
 
     def health_path(self) -> str:
@@ -223,9 +226,25 @@ def error_message(body: bytes) -> str:
     if isinstance(obj, dict):
         err = obj.get("error", obj)
         if isinstance(err, dict):
-            return str(err.get("message") or err.get("detail") or obj)
+            detail = err.get("detail")
+            if isinstance(detail, list) and not err.get("message"):
+                return _validation_detail(detail) or str(obj)
+            return str(err.get("message") or detail or obj)
         return str(err)
     return str(obj)
+
+
+def _validation_detail(items: list[Any]) -> str:
+    """FastAPI's own 422 body, `{"detail": [{"loc", "msg", ...}]}`
+    (fastapi/exception_handlers.py request_validation_exception_handler), as one line that
+    names each field in backticks: what an OpenAI-compatible server on FastAPI answers when it
+    leaves request validation to FastAPI (vLLM and trtllm-serve replace that handler)."""
+    parts = []
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("msg"), str):
+            loc = [str(p) for p in item.get("loc") or () if p != "body"]
+            parts.append(f"`{'.'.join(loc)}`: {item['msg']}" if loc else item["msg"])
+    return "; ".join(parts)
 
 
 def _prompt(prompts: list[str | list[int]]) -> str | list[str] | list[int] | list[list[int]]:

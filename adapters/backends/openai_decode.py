@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from adapters.backends import decoder
 from schemas import errors
 from schemas import events as ev
@@ -16,6 +18,9 @@ from schemas import events as ev
 _FINISH: dict[str, ev.FinishReason] = {
     "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls",
     "content_filter": "content_filter", "abort": "abort",
+    # trtllm-serve passes TensorRT-LLM's own reasons on (executor/result.py CompletionOutput
+    # `finish_reason`: stop, length, timeout, cancelled): an answer cut short, not an end.
+    "cancelled": "abort", "timeout": "abort",
 }
 
 
@@ -121,10 +126,31 @@ def prompt_info(choice: int, ids: list[int] | None, plp: Any) -> ev.PromptInfo:
     return ev.PromptInfo(choice, ids, lps, ranks)
 
 
+def arguments(value: Any) -> str:
+    """A call's arguments, always the JSON text OpenAI's clients parse: TGI before v3.2.0 wrote
+    them as a JSON object (lib.rs FunctionDefinition.arguments: Value, serialized as a string
+    since "Fix tool call2", #3076)."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
 def _error_message(err: Any) -> str:
     if isinstance(err, dict):
         return str(err.get("message") or err)
     return str(err)
+
+
+def in_band_error(err: Any) -> errors.GatewayError:
+    """An error event in a stream: vLLM's carries the status it would have answered (its
+    int `code`, engine/serving.py create_error_response: 400 for a VLLMValidationError or
+    ValueError, which add_request raises inside the stream, e.g. too many logprobs). A 4xx is
+    the request's fault and is passed on as one; anything else is the worker failing."""
+    message = _error_message(err)
+    code = err.get("code") if isinstance(err, dict) else None
+    if type(code) is int and 400 <= code < 500:
+        return errors.UpstreamRejected(message, status=code)
+    return errors.UpstreamBroken(f"the worker failed: {message}")
 
 
 class OpenAIDecoder(decoder.FramedDecoder):
@@ -155,7 +181,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
 
     def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
         if obj.get("error"):  # vLLM's in-band error (wire-formats.md 3.5), then `[DONE]`
-            raise errors.UpstreamBroken(f"the worker failed: {_error_message(obj['error'])}")
+            raise in_band_error(obj["error"])
         if u := obj.get("usage"):  # first: a chunk's continuous usage counts its own tokens
             out.append(usage(u))
         for c in obj.get("choices") or ():
@@ -173,11 +199,14 @@ class OpenAIDecoder(decoder.FramedDecoder):
         text = m.get("content")
         if text or ids or lps:
             out.append(ev.TextDelta(i, text or "", ids, lps))
-        for t in m.get("tool_calls") or ():
+        calls = m.get("tool_calls") or ()
+        if isinstance(calls, dict):  # TGI < 3.2 streams one call as an object (lib.rs
+            calls = (calls,)  # ToolCallDelta.tool_calls: DeltaToolCall, a Vec from v3.2.0)
+        for t in calls:
             fn = t.get("function") or {}
             index = t.get("index", 0) if delta is not None else len(out)
             out.append(ev.ToolCallDelta(i, index, t.get("id"), fn.get("name"),
-                                        fn.get("arguments") or ""))
+                                        arguments(fn.get("arguments"))))
         self._end(c, i, out)
 
     def _extras(self, m: dict[str, Any], i: int, out: list[ev.Event]) -> None:

@@ -183,6 +183,7 @@ class TgiChatDecoder(openai_decode.OpenAIDecoder):
         self._trim = stops.StopTrimmer(stop, keep_stop)
         self._roles: set[int] = set()
         self._called: set[int] = set()  # choices that made a tool call
+        self._legacy: dict[int, list[str]] = {}  # a pre-3.2 call's raw text, per choice
 
     def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
         if "error" in obj:  # OpenaiErrorEvent (infer/mod.rs into_openai_event)
@@ -218,15 +219,37 @@ class TgiChatDecoder(openai_decode.OpenAIDecoder):
                     out.append(e)
             elif isinstance(e, ev.TextDelta):
                 out.extend(self._trim.push(e))
-            elif isinstance(e, ev.Finish) and e.reason == "stop_string":
-                out.extend(finish_events(self._trim, e.choice, "stop_sequence"))
             elif isinstance(e, ev.Finish):
+                out.extend(self._legacy_call(e.choice))
+                if e.reason == "stop_string":
+                    out.extend(finish_events(self._trim, e.choice, "stop_sequence"))
+                    continue
                 out.extend(self._trim.release())
                 if e.reason == "eos" and e.choice in self._called:
                     e = ev.Finish(e.choice, "tool_calls")
                 out.append(e)
+            elif isinstance(e, ev.ToolCallDelta):
+                if e.choice in self._legacy or (e.name is None and e.choice not in self._called):
+                    self._legacy.setdefault(e.choice, []).append(e.arguments)
+                    continue
+                self._called.add(e.choice)
+                out.append(e)
             else:
-                if isinstance(e, ev.ToolCallDelta):
-                    self._called.add(e.choice)
                 out.append(e)
         return out
+
+    def _legacy_call(self, choice: int) -> list[ev.Event]:
+        """A call streamed as TGI did before v3.2.0 (server.rs chat_completions @ v3.1.0):
+        no name, and as arguments the grammar's raw output, `{"function": {"_name": N, ...}}`.
+        Buffered to its end, it becomes one call named N with the other keys as arguments."""
+        parts = self._legacy.pop(choice, None)
+        if parts is None:
+            return []
+        try:
+            fn = orjson.loads("".join(parts))["function"]
+            name = fn.pop("_name")
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+            raise errors.UpstreamBroken("the worker's tool call is not the JSON its grammar "
+                                        "makes") from None
+        self._called.add(choice)
+        return [ev.ToolCallDelta(choice, 0, "0", str(name), orjson.dumps(fn).decode())]

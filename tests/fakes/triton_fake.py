@@ -10,7 +10,8 @@ HttpCodeFromError); the ensemble's inputs are validated with schemas/triton.py
 
 The "model" answers a fixed script, word by word, whatever the prompt; directives in the prompt
 inject faults: `[[error_after=N]]` (an error event after N responses), `[[drop_after=N]]` (the
-connection is cut after N responses), `[[fail=S]]` (HTTP status S before any response).
+connection is cut after N responses), `[[fail=S]]` (the model's first response is an error of
+HTTP status S: a JSON body, or on a stream that error as its one SSE event).
 Run in-process (httpx.ASGITransport) or as a process: `python -m tests.fakes.triton_fake PORT`.
 """
 
@@ -78,6 +79,12 @@ async def generate(request: Request) -> Response:
     except ValidationError as exc:
         return _error(400, f"unexpected inference input: {exc.errors()[0]['loc']}")
     if (status := _directive(req.text_input, "fail")) is not None:
+        if streaming and req.stream:
+            # The model's first response is an error: http_server.cc InferResponseComplete
+            # takes the status from it (HttpCodeFromError) and writes it SSE-framed
+            # (AddErrorJson) under the event-stream type (StartResponse).
+            return _sse([b'data: {"error":"the model failed before inference"}\n\n'],
+                        status=status)
         return _error(status, "the model failed before inference")
     toks = tokens(req)
     if not streaming or not req.stream:
@@ -92,13 +99,13 @@ async def generate(request: Request) -> Response:
     return _sse(parts, drop)
 
 
-def _sse(parts: list[bytes], drop: int | None = None) -> StreamingResponse:
+def _sse(parts: list[bytes], drop: int | None = None, status: int = 200) -> StreamingResponse:
     async def body() -> AsyncIterator[bytes]:
         for i, part in enumerate(parts):
             if drop is not None and i == drop:
                 raise ConnectionResetError("injected connection cut")
             yield part
-    return StreamingResponse(body(), media_type="text/event-stream; charset=utf-8")
+    return StreamingResponse(body(), status, media_type="text/event-stream; charset=utf-8")
 
 
 async def ready(request: Request) -> Response:

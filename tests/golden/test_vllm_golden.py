@@ -4,10 +4,15 @@ request, and the canonical events decoded from a worker's recorded bytes.
 Worker bytes follow vLLM 0.11 (`serving_chat.py` / `serving_completion.py`,
 `model_dump_json(exclude_unset=True)`; usage order prompt, total, completion from
 `engine/protocol.py UsageInfo`) as collected in shared/research/wire-formats.md section 3.
-The in-band error case is vLLM's mid-stream `data: {"error": {...}}` then `data: [DONE]` (3.5).
+The in-band error case is vLLM's mid-stream `data: {"error": {...}}` then `data: [DONE]` (3.5);
+its refusal case is the same event as the first of a stream, a 400 in its `code`: a check that
+runs in AsyncLLM.add_request (vllm/v1/engine/async_llm.py; here --max-logprobs 5), which the
+stream's generator calls, so it reaches the client under HTTP 200 (engine/serving.py
+create_streaming_error_response).
 trtllm-serve bytes follow tensorrt_llm/serve/openai_server.py and postprocess_handlers.py
 (section 6.1): `exclude_none` chunks, the first written as `data: {...} \n\n`, a usage chunk
-with every field, and on a mid-stream failure the connection just ends.
+with every field, and on a mid-stream failure the connection just ends; TensorRT-LLM's own
+finish reasons pass through (executor/result.py: stop, length, timeout, cancelled).
 """
 
 from __future__ import annotations

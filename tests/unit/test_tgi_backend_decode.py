@@ -286,3 +286,71 @@ def test_chat_any_chunking(cuts: list[int]) -> None:
     dec = tgi_decode.TgiChatDecoder(True, ["."], False)
     assert [e for p in split_at(CHAT, cuts) for e in dec.feed(p)] + dec.close() == \
         chat_decode(CHAT, ["."])
+
+
+# ---- tool calls as TGI wrote them before v3.2.0 ----
+
+def _legacy_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    return b"data: " + orjson.dumps({
+        "object": "chat.completion.chunk", "id": "", "created": 1, "model": "m",
+        "system_fingerprint": "3.1.0-native", "choices": [{"index": 0, "delta": delta,
+                                                            "logprobs": None,
+                                                            "finish_reason": finish}],
+        "usage": None}) + b"\n\n"
+
+
+LEGACY_RAW = '{"function": {"_name": "get_weather", "location": "Paris", "unit": "C"}}'
+LEGACY_STREAM = b"".join(
+    _legacy_chunk({"role": "assistant", "tool_calls": {
+        "index": 0, "id": "", "type": "function",
+        "function": {"name": None, "arguments": LEGACY_RAW[k:k + 7]}}})
+    for k in range(0, len(LEGACY_RAW), 7)
+) + _legacy_chunk({"role": "assistant", "content": ""}, "eos_token") + b"data: [DONE]\n\n"
+
+
+@given(cuts=st.lists(st.integers(0, len(LEGACY_STREAM)), max_size=6))
+def test_a_pre_3_2_tool_call_stream_becomes_one_named_call(cuts: list[int]) -> None:
+    """TGI v3.1.0 lib.rs: a delta's `tool_calls` is one object (a list from v3.2.0, #3076),
+    named null, its `arguments` the grammar's raw `{"function": {"_name": ...}}` text
+    (server.rs chat_completions @ v3.1.0); OpenAI clients need a list, a name and arguments."""
+    dec = tgi_decode.TgiChatDecoder(True, [], False)
+    events: list[ev.Event] = []
+    prev = 0
+    for cut in [*sorted(cuts), len(LEGACY_STREAM)]:
+        events += dec.feed(LEGACY_STREAM[prev:cut])
+        prev = cut
+    events += dec.close()
+    calls = [e for e in events if isinstance(e, ev.ToolCallDelta)]
+    assert calls == [ev.ToolCallDelta(0, 0, "0", "get_weather",
+                                      '{"location":"Paris","unit":"C"}')]
+    assert finish_of(events) == ev.Finish(0, "tool_calls")
+
+
+def test_a_pre_3_2_whole_tool_call_has_its_arguments_as_text() -> None:
+    """TGI before v3.2.0 serialized FunctionDefinition.arguments as a JSON object (lib.rs;
+    `serialize_as_string` came with #3076): clients parse a string."""
+    body = orjson.dumps({
+        "object": "chat.completion", "id": "", "created": 1, "model": "m",
+        "system_fingerprint": "3.1.0-native", "choices": [{"index": 0, "message": {
+            "role": "assistant", "tool_calls": [{"id": "0", "type": "function", "function": {
+                "description": None, "name": "get_weather",
+                "arguments": {"location": "Paris"}}}]},
+            "logprobs": None, "finish_reason": "eos_token"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}})
+    dec = tgi_decode.TgiChatDecoder(False, [], False)
+    dec.feed(body)
+    events = dec.close()
+    assert [e for e in events if isinstance(e, ev.ToolCallDelta)] == [
+        ev.ToolCallDelta(0, 0, "0", "get_weather", '{"location":"Paris"}')]
+    assert finish_of(events) == ev.Finish(0, "tool_calls")
+
+
+def test_a_pre_3_2_tool_call_that_is_not_json_is_a_worker_failure() -> None:
+    body = _legacy_chunk({"role": "assistant", "tool_calls": {
+        "index": 0, "id": "", "type": "function",
+        "function": {"name": None, "arguments": '{"function": {"loc'}}}) + _legacy_chunk(
+        {"role": "assistant", "content": ""}, "length") + b"data: [DONE]\n\n"
+    dec = tgi_decode.TgiChatDecoder(True, [], False)
+    with pytest.raises(errors.UpstreamBroken):
+        dec.feed(body)
+        dec.close()

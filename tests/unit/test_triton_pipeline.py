@@ -124,6 +124,18 @@ async def test_a_worker_refusal_before_the_first_byte_passes_its_status(
 
 
 @pytest.mark.anyio
+async def test_a_stream_whose_first_response_fails_passes_its_status(
+        gw: httpx.AsyncClient, fake: Starlette) -> None:
+    """Triton writes a stream's first-response error SSE-framed, under the error's status
+    (src/http_server.cc GenerateRequestClass::InferResponseComplete, AddErrorJson)."""
+    r = await gw.post("/v1/completions", json={"model": "llama", "prompt": "x [[fail=400]]",
+                                               "stream": True})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "the model failed before inference"
+    assert len(fake.state.requests) == 1
+
+
+@pytest.mark.anyio
 async def test_an_unknown_model_on_the_worker_is_retried_then_503(fake: Starlette) -> None:
     cfg = config.Config.model_validate({"default_model": "llama", "models": [{
         "name": "llama", "backend": "triton", "upstreams": ["http://triton:8000"],
