@@ -245,6 +245,8 @@ async def test_a_burst_over_the_high_water_mark_keeps_flowing_through_a_pump() -
         await asyncio.sleep(2)
 
     class Lines:
+        failed = False
+
         def __init__(self) -> None:
             self.count = 0
 
