@@ -12,7 +12,8 @@ matching); everything else (404/405, /metrics) goes to the Starlette app as plai
 Behaviour at the wire: keep-alive and pipelining (requests answered in order), `Expect:
 100-continue`, chunked and Content-Length bodies (both at once: 400; another transfer coding:
 501), HTTP/1.0 (close-delimited streams), HEAD, a 400 for an HTTP/1.1 request without exactly one
-Host, a 431 for a head past `MAX_HEAD_BYTES`, a 408 for a head not in within
+Host, a 414 for a request target past `MAX_URL_BYTES`, a 431 for a head past `MAX_HEAD_BYTES`
+or with more than `MAX_HEADERS` fields, a 408 for a head not in within
 `timeouts.request_read`, an idle keep-alive connection closed after `timeouts.keep_alive`, and
 writes that wait for a slow reader (transport flow control) instead of buffering without bound.
 Nothing after a request that ends the connection is read as a request (RFC 9112 section 9.6),
@@ -34,6 +35,12 @@ from gateway.http_cycle import Cycle, plain_response
 Message = MutableMapping[str, Any]
 
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers; past it: 431
+# The request target alone; past it: 414 (RFC 9110 section 15.5.15). 8 KiB, as nginx's
+# large_client_header_buffers and Apache's LimitRequestLine (8190) default to.
+MAX_URL_BYTES = 8 * 1024
+# Header fields in one head; past it: 431 (RFC 6585 section 5). hyper's server, TGI's,
+# refuses more than 100 (src/proto/h1/role.rs DEFAULT_MAX_HEADERS) with 431 too.
+MAX_HEADERS = 100
 
 
 class _Refused(Exception):
@@ -167,12 +174,12 @@ class Connection(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         self._url += url
         self._head_size += len(url)
-        if self._head_size > MAX_HEAD_BYTES:
-            raise _Refused(431, "Request header fields too large")
+        if len(self._url) > MAX_URL_BYTES:
+            raise _Refused(414, "URI Too Long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_size += len(name) + len(value) + 4
-        if self._head_size > MAX_HEAD_BYTES:
+        if self._head_size > MAX_HEAD_BYTES or len(self._headers) >= MAX_HEADERS:
             raise _Refused(431, "Request header fields too large")
         low = name.lower()
         if low == b"host":

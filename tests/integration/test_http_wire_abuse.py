@@ -101,6 +101,38 @@ def test_huge_request_head_is_431(gw: Gateway) -> None:
     served(gw)
 
 
+@pytest.mark.parametrize("target", ["/health", CHAT, "/invocations", "/generate"])
+def test_a_request_target_over_8_kib_is_414(gw: Gateway, target: str) -> None:
+    """RFC 9110 section 15.5.15: a target longer than the server will interpret is a 414, and
+    the connection closed; 8 KiB as nginx's large_client_header_buffers and Apache's
+    LimitRequestLine (8190) default to. One of 4 KiB is still served."""
+    with Conn(gw.addr) as c:
+        c.send(request("GET", "/health?pad=" + "a" * 4096))
+        assert c.response("GET").status == 200
+    with Conn(gw.addr) as c:
+        c.send(request("POST", target + "?pad=" + "a" * 9000, chat()))
+        r = c.response()
+        assert r.status == 414, (r.status, r.body[:200])
+        assert c.closed_by_peer(2.0)
+    served(gw)
+
+
+def test_more_than_100_header_fields_are_431(gw: Gateway) -> None:
+    """RFC 6585 section 5: too many header fields is a 431 and the connection closed, at
+    hyper's limit (src/proto/h1/role.rs DEFAULT_MAX_HEADERS = 100, the server TGI runs on);
+    a head of exactly 100 (Host, Content-Length and 98 more) is still served."""
+    many = {f"X-Field-{i}": "v" for i in range(98)}
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, chat(), headers=many))
+        assert c.response().status == 200
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, chat(), headers={f"X-Field-{i}": "v" for i in range(300)}))
+        r = c.response()
+        assert r.status == 431, (r.status, r.body[:200])
+        assert c.closed_by_peer(2.0)
+    served(gw)
+
+
 def too_big(c: Conn, how: str) -> None:
     """A request whose body passes max_request_bytes: declared so, or chunks that grow past it
     (the last chunk never sent: the server must not wait for it)."""
