@@ -234,7 +234,7 @@ class ProtocolEndpoint:
         x.error = logged(exc)
         x.error_type = x.error_type or telemetry.error_type(exc)
         if x.outcome == "ok":
-            x.outcome = "client_error" if isinstance(exc, errors.RequestError) else "error"
+            x.outcome = "client_error" if _callers(exc) else "error"
         if x.head_sent:
             return
         out = answerer.render_error(exc)
@@ -244,6 +244,13 @@ class ProtocolEndpoint:
             await self._whole_response(out, x, send)
         except OSError:  # the client is gone; nothing left to tell it
             x.outcome = x.error_type = "client_closed"
+
+
+def _callers(exc: errors.GatewayError) -> bool:
+    """The request's own fault: the gateway refused it, or the worker did with a 4xx (its
+    `max_tokens` past the context, say), which the client gets as a 4xx too."""
+    return isinstance(exc, errors.RequestError) or (
+        isinstance(exc, errors.UpstreamRejected) and exc.status < 500)
 
 
 def ended_by(exc: BaseException, x: Exchange) -> errors.GatewayError:
