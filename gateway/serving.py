@@ -96,6 +96,8 @@ class ProtocolEndpoint:
             await self._watched(self._exchange(translator, x, client), client, x)
         except errors.GatewayError as exc:
             await self._fail(exc, x, send, answerer)
+        except ClientGone:  # before its body ended: nobody to answer, nothing sent upstream
+            x.outcome = x.error_type = "client_closed"
         except asyncio.CancelledError:  # the server's drain ran out (gateway.listener)
             await self._fail(errors.UpstreamUnavailable(SHUTTING_DOWN), x, send, answerer)
             x.outcome = "shutdown"
@@ -284,8 +286,13 @@ def new_id() -> str:
     return random.randbytes(16).hex()
 
 
+class ClientGone(Exception):
+    """The client closed its connection before its request body ended."""
+
+
 async def read_body(receive: Receive, headers: dict[str, str], server: config.ServerConfig) -> bytes:
-    """The whole request body, refused past `max_request_bytes` or `timeouts.request_read`."""
+    """The whole request body, refused past `max_request_bytes` or `timeouts.request_read`;
+    ClientGone if the client leaves first."""
     limit = server.max_request_bytes
     declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -297,7 +304,7 @@ async def read_body(receive: Receive, headers: dict[str, str], server: config.Se
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
-                    raise errors.InvalidRequest("the client closed the request before its end")
+                    raise ClientGone
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > limit:

@@ -234,6 +234,26 @@ def test_client_closing_mid_stream_is_logged_and_others_are_served(gw: Gateway) 
     assert [r["outcome"] for r in mine] == ["client_closed"], mine
 
 
+@pytest.mark.parametrize("path", [CHAT, "/invocations", "/generate", "/_inference/completion/demo"])
+def test_client_closing_inside_its_body_is_logged_as_client_closed(gw: Gateway,
+                                                                    path: str) -> None:
+    """A client that leaves before its body ended is a disconnect (outcome `client_closed`,
+    no status: nothing was answered), not a 400 the client made and never read."""
+    rid = "wire-closed-in-body-" + path.strip("/").replace("/", "-")
+    c = Conn(gw.addr)
+    c.send(request("POST", path, headers={"X-Request-Id": rid, "Content-Length": "100"})
+           + b'{"inputs": "hi"')
+    time.sleep(0.2)  # the request is under way, waiting for the rest of its body
+    c.close()
+    served(gw)
+    deadline = time.monotonic() + 5
+    mine: list[dict[str, object]] = []
+    while not mine and time.monotonic() < deadline:
+        mine = [r for r in gw.log_records() if r.get("request_id") == rid]
+        time.sleep(0.05)
+    assert [(r["outcome"], r["status"]) for r in mine] == [("client_closed", 0)], mine
+
+
 BAD_LINE = b"NOT A REQUEST LINE\r\n\r\n"
 
 
