@@ -12,8 +12,8 @@ matching); everything else (404/405, /metrics) goes to the Starlette app as plai
 Behaviour at the wire: keep-alive and pipelining (requests answered in order), `Expect:
 100-continue`, chunked and Content-Length bodies (both at once: 400; another transfer coding:
 501), HTTP/1.0 (close-delimited streams), HEAD, a 400 for an HTTP/1.1 request without exactly one
-Host, a 414 for a request target past `MAX_URL_BYTES`, a 431 for a head past `MAX_HEAD_BYTES`
-or with more than `MAX_HEADERS` fields, a 408 for a head not in within
+Host, a 414 for a request target past `MAX_URL_BYTES`, a 431 for a head past `MAX_HEAD_BYTES`,
+a field past `MAX_FIELD_BYTES` or more than `MAX_HEADERS` fields, a 408 for a head not in within
 `timeouts.request_read`, an idle keep-alive connection closed after `timeouts.keep_alive`, and
 writes that wait for a slow reader (transport flow control) instead of buffering without bound.
 Nothing after a request that ends the connection is read as a request (RFC 9112 section 9.6),
@@ -41,6 +41,10 @@ MAX_URL_BYTES = 8 * 1024
 # Header fields in one head; past it: 431 (RFC 6585 section 5). hyper's server, TGI's,
 # refuses more than 100 (src/proto/h1/role.rs DEFAULT_MAX_HEADERS) with 431 too.
 MAX_HEADERS = 100
+# One header field (name and value); past it: 431. Node's http server refuses a head past
+# 16 KiB (--max-http-header-size) with 431; h11 (uvicorn's parser) gives up past 16 KiB too
+# (max_incomplete_event_size, error_status_hint 431).
+MAX_FIELD_BYTES = 16 * 1024
 
 
 class _Refused(Exception):
@@ -178,8 +182,10 @@ class Connection(asyncio.Protocol):
             raise _Refused(414, "URI Too Long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_size += len(name) + len(value) + 4
-        if self._head_size > MAX_HEAD_BYTES or len(self._headers) >= MAX_HEADERS:
+        size = len(name) + len(value) + 4
+        self._head_size += size
+        if (self._head_size > MAX_HEAD_BYTES or size > MAX_FIELD_BYTES
+                or len(self._headers) >= MAX_HEADERS):
             raise _Refused(431, "Request header fields too large")
         low = name.lower()
         if low == b"host":

@@ -117,6 +117,21 @@ def test_a_request_target_over_8_kib_is_414(gw: Gateway, target: str) -> None:
     served(gw)
 
 
+def test_one_header_field_over_16_kib_is_431(gw: Gateway) -> None:
+    """RFC 6585 section 5 allows a 431 for a single field too large; at 16 KiB, where Node's
+    http server (--max-http-header-size) and h11 (max_incomplete_event_size) stop. A 12 KiB
+    field (a large token) is still served."""
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, chat(), headers={"Authorization": "Bearer " + "t" * 12288}))
+        assert c.response().status == 200
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, chat(), headers={"X-Long": "a" * 20000}))
+        r = c.response()
+        assert r.status == 431, (r.status, r.body[:200])
+        assert c.closed_by_peer(2.0)
+    served(gw)
+
+
 def test_more_than_100_header_fields_are_431(gw: Gateway) -> None:
     """RFC 6585 section 5: too many header fields is a 431 and the connection closed, at
     hyper's limit (src/proto/h1/role.rs DEFAULT_MAX_HEADERS = 100, the server TGI runs on);
