@@ -221,7 +221,9 @@ class ProtocolEndpoint:
 
     async def _head(self, status: int, media_type: str, extra: dict[str, str], x: Exchange,
                     send: Send) -> None:
-        hdrs = [(b"content-type", media_type.encode()), (b"x-request-id", x.request_id.encode())]
+        # the client's id as it sent it (its bytes were read as latin-1, gateway.http_cycle)
+        hdrs = [(b"content-type", media_type.encode()),
+                (b"x-request-id", x.request_id.encode("latin-1"))]
         hdrs += [(k.encode(), v.encode()) for k, v in extra.items()]
         x.status, x.head_sent = status, True
         await send({"type": "http.response.start", "status": status, "headers": hdrs})

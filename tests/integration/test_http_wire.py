@@ -274,6 +274,10 @@ def test_response_head_sanity(gw: Gateway) -> None:
             assert not {n for n in names if names.count(n) > 1} - REPEATABLE, r.headers
         c.send(request("POST", CHAT, chat()))
         assert len(c.response().header("x-request-id") or "") >= 16  # one made when none came
+        # RFC 9110 section 5.5: obs-text (bytes 0x80-0xFF) may appear in a field value; the id
+        # comes back byte for byte, not re-encoded
+        c.send(request("POST", CHAT, chat(), {"X-Request-Id": "caf\xe9-\xff"}))
+        assert c.response().all("x-request-id") == ["caf\xe9-\xff"]
 
 
 @pytest.mark.parametrize(("method", "target", "status", "location"), [
