@@ -110,7 +110,8 @@ models:
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, sim: str) -> Iterator[str]:
     proc, url = procs.gateway(tmp_path_factory.mktemp("grid-gw"), _config(
-        sim, "retries: 1, failover_attempts: 0, timeouts: {first_byte: 1, idle: 1}"))
+        sim, "retries: 1, failover_attempts: 0, max_request_bytes: 4096, "
+        "timeouts: {first_byte: 1, idle: 1}"))
     try:
         yield url
     finally:
@@ -134,8 +135,8 @@ def check_error_body(proto: Proto, resp: httpx.Response, status: int) -> str:
         return str(errs[0]["message"] if isinstance(errs[0], dict) else errs[0])
     assert resp.status_code == status, resp.text
     # Elasticsearch streams a failure of the inference action as `event: error`; one of its
-    # REST layer (a rejected execution: 429) is its JSON error body
-    if proto.always_streams and proto.shape == "elastic" and status != 429:
+    # REST layer (a rejected execution: 429; a body past its limit: 413) is its JSON error body
+    if proto.always_streams and proto.shape == "elastic" and status not in (413, 429):
         assert resp.headers["content-type"] == "text/event-stream"
         assert resp.text.startswith("event: error\ndata: ")
         return str(orjson.loads(resp.text.split("data: ", 1)[1])["error"])
@@ -153,6 +154,19 @@ def check_error_body(proto: Proto, resp: httpx.Response, status: int) -> str:
     assert set(body) == {"error", "status"} and body["status"] == status
     assert {"root_cause", "type", "reason"} <= set(body["error"])
     return str(body["error"]["reason"])
+
+
+def before_body(name: str, status: int) -> Proto:
+    """How a route answers a refusal before its body is read (too many requests in flight, a
+    body too large): `/` with TGI's JSON error whatever `stream` would have said, TGI's
+    Messages API as the OpenAI route it shares. /generate_stream tells an overload in its
+    stream as TGI does (server.rs generate_stream_internal), but a body past the limit is
+    refused before the handler (axum's DefaultBodyLimit): a JSON answer."""
+    if name == "tgi-messages":
+        return PROTOS["openai-chat"]
+    if name == "tgi-root" or (name == "tgi-generate-stream" and status == 413):
+        return PROTOS["tgi-generate"]
+    return PROTOS[name]
 
 
 def last_events(proto: Proto, raw: bytes) -> list[Any]:
@@ -200,6 +214,17 @@ def test_a_worker_failing_before_its_first_byte_is_a_503(gw: str, name: str) -> 
     assert "Simulated failure" in check_error_body(proto, resp, 503)
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
+@pytest.mark.parametrize("name", list(PROTOS))
+def test_a_body_over_max_request_bytes_is_413(gw: str, name: str, chunked: bool) -> None:
+    proto = PROTOS[name]
+    body = orjson.dumps(proto.body("x" * 5000, not proto.never_streams))
+    content: bytes | Iterator[bytes] = iter([body[:2000], body[2000:]]) if chunked else body
+    resp = httpx.post(gw + proto.path, content=content, timeout=TIMEOUT,
+                      headers={"content-type": "application/json", "x-request-id": "grid-1"})
+    assert "4096 bytes" in check_error_body(before_body(name, 413), resp, 413)
+
+
 @pytest.mark.parametrize("fault", ["drop_after=2", "error_after=2", "hang_after=2"])
 @pytest.mark.parametrize("name", STREAMING)
 def test_a_stream_cut_by_its_worker_ends_with_the_in_band_error(gw: str, name: str,
@@ -234,12 +259,7 @@ def test_past_max_concurrent_requests_every_protocol_gets_429_with_retry_after(
         for name, proto in PROTOS.items():
             resp = post(small_gw, proto, MSG, not proto.never_streams)
             assert resp.headers.get("retry-after"), name
-            # Refused before the body is read (load is shed unparsed): `/` answers TGI's JSON
-            # error, whatever `stream` says; /v1/chat/completions the route's OpenAI error.
-            if name == "tgi-root":
-                proto = PROTOS["tgi-generate"]
-            elif name == "tgi-messages":
-                proto = PROTOS["openai-chat"]
+            proto = before_body(name, 429)
             assert "too many requests" in check_error_body(proto, resp, 429) or (
                 proto.shape == "tgi" and "overloaded" in resp.text), (name, resp.text)
     finally:
