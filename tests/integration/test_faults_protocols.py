@@ -12,6 +12,7 @@ for its status, its error body in the calling protocol's shape, its media type a
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -111,7 +112,7 @@ models:
 def gw(tmp_path_factory: pytest.TempPathFactory, sim: str) -> Iterator[str]:
     proc, url = procs.gateway(tmp_path_factory.mktemp("grid-gw"), _config(
         sim, "retries: 1, failover_attempts: 0, max_request_bytes: 4096, "
-        "timeouts: {first_byte: 1, idle: 1}"))
+        "timeouts: {first_byte: 1, idle: 1, request_read: 1}"))
     try:
         yield url
     finally:
@@ -135,8 +136,8 @@ def check_error_body(proto: Proto, resp: httpx.Response, status: int) -> str:
         return str(errs[0]["message"] if isinstance(errs[0], dict) else errs[0])
     assert resp.status_code == status, resp.text
     # Elasticsearch streams a failure of the inference action as `event: error`; one of its
-    # REST layer (a rejected execution: 429; a body past its limit: 413) is its JSON error body
-    if proto.always_streams and proto.shape == "elastic" and status not in (413, 429):
+    # REST layer (a rejected execution: 429; a body too large or too slow) its JSON error body
+    if proto.always_streams and proto.shape == "elastic" and status not in (408, 413, 429):
         assert resp.headers["content-type"] == "text/event-stream"
         assert resp.text.startswith("event: error\ndata: ")
         return str(orjson.loads(resp.text.split("data: ", 1)[1])["error"])
@@ -164,7 +165,7 @@ def before_body(name: str, status: int) -> Proto:
     refused before the handler (axum's DefaultBodyLimit): a JSON answer."""
     if name == "tgi-messages":
         return PROTOS["openai-chat"]
-    if name == "tgi-root" or (name == "tgi-generate-stream" and status == 413):
+    if name == "tgi-root" or (name == "tgi-generate-stream" and status in (408, 413)):
         return PROTOS["tgi-generate"]
     return PROTOS[name]
 
@@ -223,6 +224,35 @@ def test_a_body_over_max_request_bytes_is_413(gw: str, name: str, chunked: bool)
     resp = httpx.post(gw + proto.path, content=content, timeout=TIMEOUT,
                       headers={"content-type": "application/json", "x-request-id": "grid-1"})
     assert "4096 bytes" in check_error_body(before_body(name, 413), resp, 413)
+
+
+def test_a_body_that_stops_arriving_is_a_408_in_every_protocol(gw: str) -> None:
+    """timeouts.request_read (1 s here): a client whose body stops short is answered 408 in
+    its protocol's error body (before the body is whole: as `before_body` says)."""
+    host, port = gw.removeprefix("http://").split(":")
+    answers: dict[str, bytes] = {}
+
+    def stall(name: str) -> None:
+        proto = PROTOS[name]
+        body = orjson.dumps(proto.body(MSG, not proto.never_streams))
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
+            sock.sendall(f"POST {proto.path} HTTP/1.1\r\nHost: gw\r\nX-Request-Id: grid-1\r\n"
+                         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                         f"Connection: close\r\n\r\n".encode() + body[:-3])
+            answers[name] = b"".join(iter(lambda: sock.recv(65536), b""))
+
+    threads = [threading.Thread(target=stall, args=(n,)) for n in PROTOS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    for name, raw in answers.items():
+        head, _, body = raw.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = dict(ln.lower().split(": ", 1) for ln in lines[1:])
+        resp = httpx.Response(int(lines[0].split()[1]), headers=headers, content=body)
+        assert "did not arrive within 1s" in check_error_body(before_body(name, 408), resp, 408)
+    assert len(answers) == len(PROTOS)
 
 
 @pytest.mark.parametrize("fault", ["drop_after=2", "error_after=2", "hang_after=2"])
