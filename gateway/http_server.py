@@ -268,13 +268,15 @@ class Connection(asyncio.Protocol):
         except Exception as exc:  # the endpoints answer their own errors; this is a bug
             observability.log_bug(cycle.headers.get("x-request-id", ""), exc)
             if not cycle.started and not cycle.lost:
-                self.write(plain_response(500, "Internal Server Error"))
+                self.write(plain_response(500, "Internal Server Error",
+                                          cycle.headers.get("x-request-id", "").encode("latin-1")))
             cycle.done = True
             self.close()
             return
         if not cycle.done:  # the app returned without finishing its answer
             if not cycle.started and not cycle.lost:
-                self.write(plain_response(500, "Internal Server Error"))
+                self.write(plain_response(500, "Internal Server Error",
+                                          cycle.headers.get("x-request-id", "").encode("latin-1")))
             cycle.done = True
             self.close()
 
@@ -333,13 +335,15 @@ class Connection(asyncio.Protocol):
         self._ended = True  # not paused: a client that goes away must still be seen
         cycle, broken = self.current, self.parsing
         self.parsing = None
+        # the refused head's own fields, as far as they were read (on_message_begin reset them)
+        rid = next((v for k, v in self._headers if k == b"x-request-id"), None)
         if cycle is None or (broken is cycle and not cycle.started):
-            self.write(plain_response(status, text))
+            self.write(plain_response(status, text, rid))
             self.close()
         elif broken is not cycle:  # a later request: refused in its turn; a queued one with it
             if broken is not None:
                 self.queued.remove(broken)
-            self._refusal = plain_response(status, text)
+            self._refusal = plain_response(status, text, rid)
         # else the answer under way (given before its whole body came) ends the connection
 
     def _arm(self, delay: float, fn: Callable[[], None]) -> None:

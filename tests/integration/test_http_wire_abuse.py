@@ -53,6 +53,7 @@ def refused(c: Conn) -> rawhttp.Response | None:
         r = None
     if r is not None:
         assert r.status == 400, (r.status, r.body[:300])
+        assert len(r.header("x-request-id") or "") >= 16  # every answer has one (SPEC.md)
         assert c.buf == b"" and c.closed_by_peer(2.0)
     return r
 
@@ -113,6 +114,7 @@ def test_a_request_target_over_8_kib_is_414(gw: Gateway, target: str) -> None:
         c.send(request("POST", target + "?pad=" + "a" * 9000, chat()))
         r = c.response()
         assert r.status == 414, (r.status, r.body[:200])
+        assert len(r.header("x-request-id") or "") >= 16  # refused before any field: a new id
         assert c.closed_by_peer(2.0)
     served(gw)
 
@@ -141,9 +143,11 @@ def test_more_than_100_header_fields_are_431(gw: Gateway) -> None:
         c.send(request("POST", CHAT, chat(), headers=many))
         assert c.response().status == 200
     with Conn(gw.addr) as c:
-        c.send(request("POST", CHAT, chat(), headers={f"X-Field-{i}": "v" for i in range(300)}))
+        c.send(request("POST", CHAT, chat(), headers={
+            "X-Request-Id": "too-many-fields", **{f"X-Field-{i}": "v" for i in range(300)}}))
         r = c.response()
         assert r.status == 431, (r.status, r.body[:200])
+        assert r.all("x-request-id") == ["too-many-fields"]  # read before the refusal
         assert c.closed_by_peer(2.0)
     served(gw)
 
