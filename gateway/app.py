@@ -113,6 +113,7 @@ async def no_route(request: Request, exc: Exception) -> Response:
     text for a path under no protocol's prefix."""
     assert isinstance(exc, HTTPException)
     extra = dict(exc.headers or {})  # a 405's Allow
+    extra["x-request-id"] = request.headers.get("x-request-id") or serving.new_id()  # SPEC.md
     make = registry.errors_for(request.url.path)
     if make is None:
         return PlainTextResponse(exc.detail, exc.status_code, headers=extra)

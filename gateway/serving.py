@@ -378,6 +378,8 @@ class StatusEndpoint:
         # no media type: no content-type at all (TGI's healthy /health is `()`)
         hdrs = [(b"content-type", out.media_type.encode())] if out.media_type else []
         hdrs += [(k.encode(), v.encode()) for k, v in out.headers.items()]
+        rid = headers.get("x-request-id") or new_id()  # every answer has one (SPEC.md)
+        hdrs.append((b"x-request-id", rid.encode("latin-1")))
         await client.send({"type": "http.response.start", "status": out.status,
                            "headers": hdrs})
         await client.send({"type": "http.response.body", "body": out.body})
