@@ -6,8 +6,8 @@ base reads the framing (adapters/framing.py), parses each event with one `orjson
 orders failures the same way for every worker. A failure found in a read (an in-band error
 event, malformed JSON, an event that is not a JSON object) comes after the events that came
 before it in the same read: those are returned, `failed` turns true, and the failure is raised
-on the next `feed` or at `close`, once. So what a client receives does not depend on where the network cut the
-stream. A decoder that raised is spent: later calls return nothing.
+on the next `feed` or at `close`, once. So what a client receives does not depend on where the
+network cut the stream. A decoder that raised is spent: later calls return nothing.
 """
 
 from __future__ import annotations
