@@ -151,6 +151,14 @@ class Frontend(Protocol):
 class StreamDecoder(Protocol):
     """Turns a worker's body, fed in any chunking, into canonical events."""
 
+    @property
+    def failed(self) -> bool:
+        """A failure found in the last read is held back behind the events before it: `feed`
+        returned those, and the next `feed` or `close` raises it. Whoever relays a stream asks
+        after each read, so a worker that goes quiet after a bad event does not hold the
+        client until the idle timeout."""
+        ...
+
     def feed(self, data: bytes) -> list[ev.Event]: ...
 
     def close(self) -> list[ev.Event]:

@@ -91,6 +91,10 @@ class Tokenized:
         self._vocab = vocab
         self._pending: dict[int, str] = {}  # choice -> text not yet sent as tokens
 
+    @property
+    def failed(self) -> bool:
+        return self._inner.failed
+
     def feed(self, data: bytes) -> list[ev.Event]:
         return self._fill(self._inner.feed(data))
 

@@ -113,6 +113,7 @@ async def no_route(request: Request, exc: Exception) -> Response:
     text for a path under no protocol's prefix."""
     assert isinstance(exc, HTTPException)
     extra = dict(exc.headers or {})  # a 405's Allow
+    extra["x-request-id"] = request.headers.get("x-request-id") or serving.new_id()  # SPEC.md
     make = registry.errors_for(request.url.path)
     if make is None:
         return PlainTextResponse(exc.detail, exc.status_code, headers=extra)
@@ -128,8 +129,7 @@ async def no_route(request: Request, exc: Exception) -> Response:
         refusal = errors.NoRoute(f"Unknown request URL: {method} {path}", method=method,
                                  uri=uri)
     out = make().render_error(refusal)
-    rid = request.headers.get("x-request-id") or serving.new_id()
-    return Response(out.body, out.status, headers={**out.headers, **extra, "x-request-id": rid},
+    return Response(out.body, out.status, headers={**out.headers, **extra},
                     media_type=out.media_type)
 
 

@@ -279,7 +279,9 @@ class Http1Client:
     async def send(self, req: base.UpstreamRequest) -> Http1Response:
         origin, path, host = self.target(req.url)
         head = [b"%s %s HTTP/1.1\r\n" % (req.method.encode(), path), host]
-        head += [f"{k}: {v}\r\n".encode() for k, v in req.headers.items()]
+        # latin-1: what the gateway passes on from its client (x-request-id, traceparent) was
+        # read as latin-1, so the worker gets the client's bytes (RFC 9110 section 5.5)
+        head += [f"{k}: {v}\r\n".encode("latin-1") for k, v in req.headers.items()]
         head.append(b"content-length: %d\r\n\r\n" % len(req.body))
         wire = b"".join(head) + req.body
         while True:

@@ -5,6 +5,7 @@ callback that tells the endpoint its client went away."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 import urllib.parse
 from collections.abc import Callable, MutableMapping
@@ -67,11 +68,14 @@ def status_line(status: int) -> bytes:
     return line if line is not None else f"HTTP/1.1 {status} \r\n".encode()
 
 
-def plain_response(status: int, text: str) -> bytes:
-    """A whole plain-text answer that closes the connection (errors found while parsing)."""
+def plain_response(status: int, text: str, request_id: bytes | None = None) -> bytes:
+    """A whole plain-text answer that closes the connection (errors found while parsing). It
+    carries an `x-request-id` as every answer does (SPEC.md): the client's when its head got
+    that far, else a new one (as gateway.serving.new_id makes them)."""
     body = text.encode()
+    rid = request_id or random.randbytes(16).hex().encode()
     return b"".join((status_line(status), _Clock.date(), _CLOSE,
-                     b"content-type: text/plain; charset=utf-8\r\n",
+                     b"content-type: text/plain; charset=utf-8\r\nx-request-id: %s\r\n" % rid,
                      b"content-length: %d\r\n\r\n" % len(body), body))
 
 

@@ -12,7 +12,8 @@ matching); everything else (404/405, /metrics) goes to the Starlette app as plai
 Behaviour at the wire: keep-alive and pipelining (requests answered in order), `Expect:
 100-continue`, chunked and Content-Length bodies (both at once: 400; another transfer coding:
 501), HTTP/1.0 (close-delimited streams), HEAD, a 400 for an HTTP/1.1 request without exactly one
-Host, a 431 for a head past `MAX_HEAD_BYTES`, a 408 for a head not in within
+Host, a 414 for a request target past `MAX_URL_BYTES`, a 431 for a head past `MAX_HEAD_BYTES`,
+a field past `MAX_FIELD_BYTES` or more than `MAX_HEADERS` fields, a 408 for a head not in within
 `timeouts.request_read`, an idle keep-alive connection closed after `timeouts.keep_alive`, and
 writes that wait for a slow reader (transport flow control) instead of buffering without bound.
 Nothing after a request that ends the connection is read as a request (RFC 9112 section 9.6),
@@ -34,6 +35,16 @@ from gateway.http_cycle import Cycle, plain_response
 Message = MutableMapping[str, Any]
 
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers; past it: 431
+# The request target alone; past it: 414 (RFC 9110 section 15.5.15). 8 KiB, as nginx's
+# large_client_header_buffers and Apache's LimitRequestLine (8190) default to.
+MAX_URL_BYTES = 8 * 1024
+# Header fields in one head; past it: 431 (RFC 6585 section 5). hyper's server, TGI's,
+# refuses more than 100 (src/proto/h1/role.rs DEFAULT_MAX_HEADERS) with 431 too.
+MAX_HEADERS = 100
+# One header field (name and value); past it: 431. Node's http server refuses a head past
+# 16 KiB (--max-http-header-size) with 431; h11 (uvicorn's parser) gives up past 16 KiB too
+# (max_incomplete_event_size, error_status_hint 431).
+MAX_FIELD_BYTES = 16 * 1024
 
 
 class _Refused(Exception):
@@ -167,12 +178,14 @@ class Connection(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         self._url += url
         self._head_size += len(url)
-        if self._head_size > MAX_HEAD_BYTES:
-            raise _Refused(431, "Request header fields too large")
+        if len(self._url) > MAX_URL_BYTES:
+            raise _Refused(414, "URI Too Long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_size += len(name) + len(value) + 4
-        if self._head_size > MAX_HEAD_BYTES:
+        size = len(name) + len(value) + 4
+        self._head_size += size
+        if (self._head_size > MAX_HEAD_BYTES or size > MAX_FIELD_BYTES
+                or len(self._headers) >= MAX_HEADERS):
             raise _Refused(431, "Request header fields too large")
         low = name.lower()
         if low == b"host":
@@ -255,13 +268,15 @@ class Connection(asyncio.Protocol):
         except Exception as exc:  # the endpoints answer their own errors; this is a bug
             observability.log_bug(cycle.headers.get("x-request-id", ""), exc)
             if not cycle.started and not cycle.lost:
-                self.write(plain_response(500, "Internal Server Error"))
+                self.write(plain_response(500, "Internal Server Error",
+                                          cycle.headers.get("x-request-id", "").encode("latin-1")))
             cycle.done = True
             self.close()
             return
         if not cycle.done:  # the app returned without finishing its answer
             if not cycle.started and not cycle.lost:
-                self.write(plain_response(500, "Internal Server Error"))
+                self.write(plain_response(500, "Internal Server Error",
+                                          cycle.headers.get("x-request-id", "").encode("latin-1")))
             cycle.done = True
             self.close()
 
@@ -320,13 +335,15 @@ class Connection(asyncio.Protocol):
         self._ended = True  # not paused: a client that goes away must still be seen
         cycle, broken = self.current, self.parsing
         self.parsing = None
+        # the refused head's own fields, as far as they were read (on_message_begin reset them)
+        rid = next((v for k, v in self._headers if k == b"x-request-id"), None)
         if cycle is None or (broken is cycle and not cycle.started):
-            self.write(plain_response(status, text))
+            self.write(plain_response(status, text, rid))
             self.close()
         elif broken is not cycle:  # a later request: refused in its turn; a queued one with it
             if broken is not None:
                 self.queued.remove(broken)
-            self._refusal = plain_response(status, text)
+            self._refusal = plain_response(status, text, rid)
         # else the answer under way (given before its whole body came) ends the connection
 
     def _arm(self, delay: float, fn: Callable[[], None]) -> None:

@@ -236,6 +236,8 @@ class Pipeline:
             first = opened.first
             if (seen is None or seen.track(first)) and not deliver(first):
                 await drain()
+            if opened.decoder.failed:  # the first read ended in a bad event: raise it now
+                opened.decoder.close()
             if opened.more:
                 resp: Any = opened.resp
                 await pump.Pump(resp, opened.decoder, deliver, seen, self.timeouts.idle).run(
@@ -281,7 +283,10 @@ class Pipeline:
         try:
             yield opened.first
             read = opened.resp.read_chunk
+            dec = opened.decoder
             while opened.more:
+                if dec.failed:  # the last read ended in a bad event: raise it now, not when
+                    dec.close()  # the worker next writes (or the idle timeout fires)
                 dog.waiting = True
                 try:
                     data = await read()
@@ -293,11 +298,11 @@ class Pipeline:
                     raise
                 dog.waiting = False
                 if not data:
-                    if out := opened.decoder.close():
+                    if out := dec.close():
                         yield out
                     break
                 dog.last = loop.time()
-                if out := opened.decoder.feed(data):
+                if out := dec.feed(data):
                     yield out
             if opened.job is not None:
                 opened.job.route.upstreams.succeeded(opened.url, opened.ticket)

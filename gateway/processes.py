@@ -10,8 +10,8 @@ by the parent alone; each serving process gates them into its own rotation by pr
 health route (the same gate as one process uses), so no state has to be kept in step between
 processes. Metrics: prometheus_client's multiprocess mode, in a directory the parent makes and
 removes; /metrics in any process sums them all. SIGTERM or SIGINT to the parent: SIGTERM to
-every serving process (each drains its streams for `server.drain_seconds`), then the workers
-stop.
+every serving process (each drains its streams for `server.drain_seconds`) and the parent's
+copies of the sockets closed, so new connections are refused; then the workers stop.
 """
 
 from __future__ import annotations
@@ -170,6 +170,11 @@ async def _parent(cfg: config.Config, socks: list[socket.socket], log_level: str
         await stop.wait()
         for p in kept:
             p.signal(signal.SIGTERM)
+        # Stop accepting (SPEC.md): each serving process closes its copy of its socket as it
+        # drains; the parent's copies would keep the port listening, and the kernel would
+        # complete handshakes no process accepts until the drain ends, then reset them.
+        for s in socks:
+            s.close()
         _, late = await asyncio.wait(tasks, timeout=cfg.server.drain_seconds + 5)
         for p in kept:
             p.signal(signal.SIGKILL)

@@ -93,12 +93,15 @@ class Pump:
             return
         self._dog.last = self._loop.time()
         try:
-            out = self.decoder.feed(data)
+            decoder = self.decoder
+            out = decoder.feed(data)
             if out and (self.seen is None or self.seen.track(out)) and not self.deliver(out):
                 self.full = True
                 self._dog.waiting = False
                 self.resp.pause_reading()
                 self._signal()
+            if decoder.failed:  # a bad event after those: it ends the answer now, not when
+                decoder.close()  # the worker next writes (or the idle timeout fires)
         except Exception as exc:  # noqa: BLE001 - handed to the task, which raises it
             self._finish(exc)
 

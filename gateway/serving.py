@@ -96,6 +96,8 @@ class ProtocolEndpoint:
             await self._watched(self._exchange(translator, x, client), client, x)
         except errors.GatewayError as exc:
             await self._fail(exc, x, send, answerer)
+        except ClientGone:  # before its body ended: nobody to answer, nothing sent upstream
+            x.outcome = x.error_type = "client_closed"
         except asyncio.CancelledError:  # the server's drain ran out (gateway.listener)
             await self._fail(errors.UpstreamUnavailable(SHUTTING_DOWN), x, send, answerer)
             x.outcome = "shutdown"
@@ -219,7 +221,9 @@ class ProtocolEndpoint:
 
     async def _head(self, status: int, media_type: str, extra: dict[str, str], x: Exchange,
                     send: Send) -> None:
-        hdrs = [(b"content-type", media_type.encode()), (b"x-request-id", x.request_id.encode())]
+        # the client's id as it sent it (its bytes were read as latin-1, gateway.http_cycle)
+        hdrs = [(b"content-type", media_type.encode()),
+                (b"x-request-id", x.request_id.encode("latin-1"))]
         hdrs += [(k.encode(), v.encode()) for k, v in extra.items()]
         x.status, x.head_sent = status, True
         await send({"type": "http.response.start", "status": status, "headers": hdrs})
@@ -234,7 +238,7 @@ class ProtocolEndpoint:
         x.error = logged(exc)
         x.error_type = x.error_type or telemetry.error_type(exc)
         if x.outcome == "ok":
-            x.outcome = "client_error" if isinstance(exc, errors.RequestError) else "error"
+            x.outcome = "client_error" if _callers(exc) else "error"
         if x.head_sent:
             return
         out = answerer.render_error(exc)
@@ -244,6 +248,13 @@ class ProtocolEndpoint:
             await self._whole_response(out, x, send)
         except OSError:  # the client is gone; nothing left to tell it
             x.outcome = x.error_type = "client_closed"
+
+
+def _callers(exc: errors.GatewayError) -> bool:
+    """The request's own fault: the gateway refused it, or the worker did with a 4xx (its
+    `max_tokens` past the context, say), which the client gets as a 4xx too."""
+    return isinstance(exc, errors.RequestError) or (
+        isinstance(exc, errors.UpstreamRejected) and exc.status < 500)
 
 
 def ended_by(exc: BaseException, x: Exchange) -> errors.GatewayError:
@@ -277,8 +288,13 @@ def new_id() -> str:
     return random.randbytes(16).hex()
 
 
+class ClientGone(Exception):
+    """The client closed its connection before its request body ended."""
+
+
 async def read_body(receive: Receive, headers: dict[str, str], server: config.ServerConfig) -> bytes:
-    """The whole request body, refused past `max_request_bytes` or `timeouts.request_read`."""
+    """The whole request body, refused past `max_request_bytes` or `timeouts.request_read`;
+    ClientGone if the client leaves first."""
     limit = server.max_request_bytes
     declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -290,7 +306,7 @@ async def read_body(receive: Receive, headers: dict[str, str], server: config.Se
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
-                    raise errors.InvalidRequest("the client closed the request before its end")
+                    raise ClientGone
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > limit:
@@ -362,8 +378,8 @@ class StatusEndpoint:
         # no media type: no content-type at all (TGI's healthy /health is `()`)
         hdrs = [(b"content-type", out.media_type.encode())] if out.media_type else []
         hdrs += [(k.encode(), v.encode()) for k, v in out.headers.items()]
-        # every request's id, echoed or made (SPEC.md), as on the inference routes
-        hdrs.append((b"x-request-id", (headers.get("x-request-id") or new_id()).encode()))
+        rid = headers.get("x-request-id") or new_id()  # every answer has one (SPEC.md)
+        hdrs.append((b"x-request-id", rid.encode("latin-1")))
         await client.send({"type": "http.response.start", "status": out.status,
                            "headers": hdrs})
         await client.send({"type": "http.response.body", "body": out.body})

@@ -5,9 +5,9 @@ A worker decoder says only what a parsed event means (`on_event`, `on_body`, `on
 base reads the framing (adapters/framing.py), parses each event with one `orjson.loads`, and
 orders failures the same way for every worker. A failure found in a read (an in-band error
 event, malformed JSON, an event that is not a JSON object) comes after the events that came
-before it in the same read: those are returned, and the failure is raised on the next `feed`
-or at `close`, once. So what a client receives does not depend on where the network cut the
-stream. A decoder that raised is spent: later calls return nothing.
+before it in the same read: those are returned, `failed` turns true, and the failure is raised
+on the next `feed` or at `close`, once. So what a client receives does not depend on where the
+network cut the stream. A decoder that raised is spent: later calls return nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class FramedDecoder:
         self._body: list[bytes] = []
         self._failure: errors.GatewayError | None = None
         self._spent = False
+        self.failed = False  # a failure is held back for the next feed or close
 
     # -- what a worker decoder supplies -------------------------------------------------------
 
@@ -78,7 +79,7 @@ class FramedDecoder:
                 self._spent = True
                 raise
             self._failure = exc  # the events before it go out first
-            self._spent = True
+            self._spent = self.failed = True
         return out
 
     def close(self) -> list[ev.Event]:
@@ -101,6 +102,7 @@ class FramedDecoder:
     def _spend(self) -> list[ev.Event]:
         """Raise the deferred failure the first time; a spent decoder then answers nothing."""
         failure, self._failure = self._failure, None
+        self.failed = False
         if failure is not None:
             raise failure
         return []

@@ -128,6 +128,8 @@ def test_text_is_split_into_tokens_over_chunk_boundaries(
 
 
 class _Canned:
+    failed = False
+
     def __init__(self, events: list[ev.Event]):
         self._events = events
 

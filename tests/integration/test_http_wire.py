@@ -231,9 +231,11 @@ def test_a_path_no_route_takes_is_refused_in_its_protocols_error_body(
     /_inference: Elasticsearch, /generate: TGI, /invocations: SageMaker). The status stays
     404 or 405 (with Allow); a path under no protocol's prefix keeps a plain-text answer."""
     with Conn(gw.addr) as c:
-        c.send(request(method, target, chat() if method == "POST" else b""))
+        c.send(request(method, target, chat() if method == "POST" else b"",
+                       {"X-Request-Id": "no-route-1"}))
         r = c.response(method)
     assert r.status == status, r.body[:300]
+    assert r.all("x-request-id") == ["no-route-1"]  # echoed, as by every route (SPEC.md)
     if status == 405:
         assert r.header("allow")
     if shape == "text":
@@ -274,6 +276,13 @@ def test_response_head_sanity(gw: Gateway) -> None:
             assert not {n for n in names if names.count(n) > 1} - REPEATABLE, r.headers
         c.send(request("POST", CHAT, chat()))
         assert len(c.response().header("x-request-id") or "") >= 16  # one made when none came
+        for status_route in ("/health", "/v1/models", "/info", "/ping"):  # status routes too
+            c.send(request("GET", status_route, headers={"X-Request-Id": "status-1"}))
+            assert c.response("GET").all("x-request-id") == ["status-1"], status_route
+        # RFC 9110 section 5.5: obs-text (bytes 0x80-0xFF) may appear in a field value; the id
+        # comes back byte for byte, not re-encoded
+        c.send(request("POST", CHAT, chat(), {"X-Request-Id": "caf\xe9-\xff"}))
+        assert c.response().all("x-request-id") == ["caf\xe9-\xff"]
 
 
 @pytest.mark.parametrize(("method", "target", "status", "location"), [

@@ -53,6 +53,7 @@ def refused(c: Conn) -> rawhttp.Response | None:
         r = None
     if r is not None:
         assert r.status == 400, (r.status, r.body[:300])
+        assert len(r.header("x-request-id") or "") >= 16  # every answer has one (SPEC.md)
         assert c.buf == b"" and c.closed_by_peer(2.0)
     return r
 
@@ -97,6 +98,56 @@ def test_huge_request_head_is_431(gw: Gateway) -> None:
         c.send(request("GET", "/health", headers={"X-Big": "a" * 100 * 1024}))
         r = c.response("GET")
         assert r.status in (431, 400), r.status
+        assert c.closed_by_peer(2.0)
+    served(gw)
+
+
+@pytest.mark.parametrize("target", ["/health", CHAT, "/invocations", "/generate"])
+def test_a_request_target_over_8_kib_is_414(gw: Gateway, target: str) -> None:
+    """RFC 9110 section 15.5.15: a target longer than the server will interpret is a 414, and
+    the connection closed; 8 KiB as nginx's large_client_header_buffers and Apache's
+    LimitRequestLine (8190) default to. One of 4 KiB is still served."""
+    with Conn(gw.addr) as c:
+        c.send(request("GET", "/health?pad=" + "a" * 4096))
+        assert c.response("GET").status == 200
+    with Conn(gw.addr) as c:
+        c.send(request("POST", target + "?pad=" + "a" * 9000, chat()))
+        r = c.response()
+        assert r.status == 414, (r.status, r.body[:200])
+        assert len(r.header("x-request-id") or "") >= 16  # refused before any field: a new id
+        assert c.closed_by_peer(2.0)
+    served(gw)
+
+
+def test_one_header_field_over_16_kib_is_431(gw: Gateway) -> None:
+    """RFC 6585 section 5 allows a 431 for a single field too large; at 16 KiB, where Node's
+    http server (--max-http-header-size) and h11 (max_incomplete_event_size) stop. A 12 KiB
+    field (a large token) is still served."""
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, chat(), headers={"Authorization": "Bearer " + "t" * 12288}))
+        assert c.response().status == 200
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, chat(), headers={"X-Long": "a" * 20000}))
+        r = c.response()
+        assert r.status == 431, (r.status, r.body[:200])
+        assert c.closed_by_peer(2.0)
+    served(gw)
+
+
+def test_more_than_100_header_fields_are_431(gw: Gateway) -> None:
+    """RFC 6585 section 5: too many header fields is a 431 and the connection closed, at
+    hyper's limit (src/proto/h1/role.rs DEFAULT_MAX_HEADERS = 100, the server TGI runs on);
+    a head of exactly 100 (Host, Content-Length and 98 more) is still served."""
+    many = {f"X-Field-{i}": "v" for i in range(98)}
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, chat(), headers=many))
+        assert c.response().status == 200
+    with Conn(gw.addr) as c:
+        c.send(request("POST", CHAT, chat(), headers={
+            "X-Request-Id": "too-many-fields", **{f"X-Field-{i}": "v" for i in range(300)}}))
+        r = c.response()
+        assert r.status == 431, (r.status, r.body[:200])
+        assert r.all("x-request-id") == ["too-many-fields"]  # read before the refusal
         assert c.closed_by_peer(2.0)
     served(gw)
 
@@ -200,6 +251,26 @@ def test_client_closing_mid_stream_is_logged_and_others_are_served(gw: Gateway) 
         mine = [r for r in gw.log_records() if r.get("request_id") == rid]
         time.sleep(0.05)
     assert [r["outcome"] for r in mine] == ["client_closed"], mine
+
+
+@pytest.mark.parametrize("path", [CHAT, "/invocations", "/generate", "/_inference/completion/demo"])
+def test_client_closing_inside_its_body_is_logged_as_client_closed(gw: Gateway,
+                                                                    path: str) -> None:
+    """A client that leaves before its body ended is a disconnect (outcome `client_closed`,
+    no status: nothing was answered), not a 400 the client made and never read."""
+    rid = "wire-closed-in-body-" + path.strip("/").replace("/", "-")
+    c = Conn(gw.addr)
+    c.send(request("POST", path, headers={"X-Request-Id": rid, "Content-Length": "100"})
+           + b'{"inputs": "hi"')
+    time.sleep(0.2)  # the request is under way, waiting for the rest of its body
+    c.close()
+    served(gw)
+    deadline = time.monotonic() + 5
+    mine: list[dict[str, object]] = []
+    while not mine and time.monotonic() < deadline:
+        mine = [r for r in gw.log_records() if r.get("request_id") == rid]
+        time.sleep(0.05)
+    assert [(r["outcome"], r["status"]) for r in mine] == [("client_closed", 0)], mine
 
 
 BAD_LINE = b"NOT A REQUEST LINE\r\n\r\n"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import socket
 import time
 from pathlib import Path
 
@@ -74,6 +76,31 @@ def test_two_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
     while any(procs.alive(p) for p in children) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [p for p in children if procs.alive(p)]  # SIGTERM stopped every child
+
+
+def test_sigterm_refuses_new_connections_while_streams_drain(tmp_path: Path) -> None:
+    """SPEC.md: on SIGTERM stop accepting and let in-flight streams finish. With two serving
+    processes the parent holds the listening sockets too: closed with the signal, or a new
+    client's handshake completes and it waits out the drain for a reset."""
+    gw, url = procs.gateway(tmp_path, CONFIG.replace("drain_seconds: 2", "drain_seconds: 5"))
+    host, port = url.removeprefix("http://").split(":")
+    body = {"model": "demo", "prompt": "slow [[sim itl_ms=100]]", "max_tokens": 20,
+            "stream": True}
+    try:
+        with httpx.Client(timeout=10) as client:
+            with client.stream("POST", url + "/v1/completions", json=body) as resp:
+                lines = resp.iter_lines()
+                assert next(lines).startswith("data: ")
+                gw.popen.send_signal(signal.SIGTERM)
+                time.sleep(0.5)  # every process has the signal
+                with pytest.raises(ConnectionRefusedError):
+                    socket.create_connection((host, int(port)), timeout=2).close()
+                rest = list(lines)
+        assert [ln for ln in rest if ln][-1] == "data: [DONE]"
+        assert not any('"error"' in ln for ln in rest)
+        assert gw.popen.wait(15) == 0
+    finally:
+        gw.stop()
 
 
 def test_workers_setting_and_flag() -> None:

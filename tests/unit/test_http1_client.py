@@ -103,6 +103,26 @@ async def test_keep_alive_reuses_one_connection_and_frames_the_request() -> None
                          b"content-length: 7\r\n\r\n{\"a\":1}")
 
 
+async def test_a_clients_request_id_reaches_the_worker_byte_for_byte() -> None:
+    """The gateway reads its client's fields as latin-1 (obs-text, RFC 9110 section 5.5); the
+    x-request-id it passes on is the client's bytes, not their UTF-8 re-encoding."""
+    seen: list[bytes] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        seen.append(await read_request(r))
+        w.write(OK)
+
+    async with Server(handler) as url:
+        client = http1.Http1Client(2.0)
+        req = post(url)
+        req.headers["x-request-id"] = b"caf\xe9-\xff".decode("latin-1")
+        resp = await client.send(req)
+        await resp.read()
+        await resp.aclose()
+        await client.aclose()
+    assert b"\r\nx-request-id: caf\xe9-\xff\r\n" in seen[0]
+
+
 async def test_chunked_body_read_as_it_arrives() -> None:
     go = asyncio.Event()
 
@@ -245,6 +265,8 @@ async def test_a_burst_over_the_high_water_mark_keeps_flowing_through_a_pump() -
         await asyncio.sleep(2)
 
     class Lines:
+        failed = False
+
         def __init__(self) -> None:
             self.count = 0
 

@@ -312,3 +312,28 @@ async def test_text_in_the_read_of_an_in_band_error_reaches_the_client_first() -
     assert '"content":"Hello"' in events[1]
     assert "engine died" in orjson.loads(events[-2].removeprefix("data: "))["error"]["message"]
     assert events[-1] == "data: [DONE]"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("bad", [
+    b"data: {not json\n\n",
+    b'data: {"error": {"message": "engine died", "type": "InternalServerError", "code": 500}}\n\n',
+], ids=["malformed", "error-event"])
+async def test_a_bad_event_read_with_text_ends_the_stream_without_waiting(bad: bytes) -> None:
+    """A worker that writes text and then a malformed or error event in one read, and then
+    nothing (no `[DONE]`, connection open): the client gets the text, then the in-band error
+    at once, not after `timeouts.idle` with a message about silence."""
+    head = b"\n\n".join(SSE_OK.split(b"\n\n")[:2]) + b"\n\n"
+    with respx.mock(assert_all_called=False) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=Stalls([head + bad])))
+        started = time.monotonic()
+        resp = await call(r, {**CHAT, "stream": True},
+                          make_config(timeouts={"idle": 20, "first_byte": 20},
+                                      failover_attempts=0))
+    assert time.monotonic() - started < 5
+    events = [e for e in resp.text.split("\n\n") if e]
+    assert '"content":"Hello"' in events[1]
+    error = orjson.loads(events[-2].removeprefix("data: "))["error"]
+    assert "nothing for" not in error["message"]
+    assert events[-1] == "data: [DONE]"

@@ -7,8 +7,9 @@ import asyncio
 
 import pytest
 
+from adapters.backends import vllm
 from gateway import pump
-from schemas import errors
+from schemas import canonical, errors
 from schemas import events as ev
 
 
@@ -17,6 +18,7 @@ class LineDecoder:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        self.failed = False
 
     def feed(self, data: bytes) -> list[ev.Event]:
         out: list[ev.Event] = []
@@ -171,3 +173,24 @@ async def test_what_the_tracker_drops_is_not_delivered() -> None:
     p.end(None)
     await asyncio.wait_for(task, 1)
     assert got == []
+
+
+@pytest.mark.anyio
+async def test_a_bad_event_after_good_ones_in_one_read_ends_the_answer_at_once() -> None:
+    """vLLM's decoder holds a malformed event back behind the text before it in the same read
+    (adapters/backends/decoder.py); the pump raises it right after delivering that text, not
+    when the worker next writes or the idle timeout fires."""
+    req = canonical.InferenceRequest(model="m", messages=[canonical.Message("user", "hi")],
+                                     stream=True)
+    chunk = (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+             b'"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n')
+    got: list[list[ev.Event]] = []
+    resp = FakeResponse()
+    p = pump.Pump(resp, vllm.VllmBackend().decoder(req, streaming=True),
+                  lambda b: got.append(b) or True, None, idle=30)
+    task = asyncio.ensure_future(p.run(drained))
+    await asyncio.sleep(0)
+    p.data(chunk + b"data: {not json\n\n")  # and the worker says nothing more
+    with pytest.raises(errors.UpstreamBroken, match="malformed JSON"):
+        await asyncio.wait_for(task, 1)
+    assert texts(got) == [["Hi"]]

@@ -5,6 +5,7 @@ reads a stable message while the request's log line keeps the detail; LMI answer
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -178,3 +179,21 @@ async def test_a_worker_refusing_access_answers_in_each_protocols_body(
     assert route.call_count == 1
     assert resp.status_code == (422 if path == "/generate" else status)
     assert message(resp.json()).endswith("worker key rejected")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("path", "body", "message"), CLIENTS, ids=IDS)
+async def test_a_worker_4xx_is_logged_as_the_clients_error(
+        path: str, body: dict[str, Any], message: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker's 4xx (vLLM: `max_tokens` past the context) reaches the client as a 4xx, and
+    the request's log line says `client_error`, as for the gateway's own refusals, not
+    `error` (which marks the request's span failed: a client's mistake is not the server's
+    error, OpenTelemetry recording-errors)."""
+    refusal = httpx.Response(400, json={"error": {"message": "prompt is too long",
+                                                  "type": "BadRequestError", "code": 400}})
+    resp, _ = await answer(refusal, path, body)
+    assert 400 <= resp.status_code < 500
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "] request " in ln]
+    assert [re.findall(r" (outcome|error_type)=(\w+)", ln) for ln in lines] == [
+        [("error_type", "UpstreamRejected"), ("outcome", "client_error")]]
