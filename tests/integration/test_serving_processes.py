@@ -85,3 +85,44 @@ def test_workers_setting_and_flag() -> None:
     assert cli.parser().parse_args(["serve", "--workers", "2"]).workers == 2
     with pytest.raises(SystemExit):
         cli.parser().parse_args(["serve", "--workers", "0"])
+
+
+def health_and_gauges(url: str, times: int) -> tuple[set[int], set[str]]:
+    """/health statuses and `gateway_upstream_healthy` values, each on a new connection (the
+    kernel spreads new connections over the processes by their address hash)."""
+    statuses, gauges = set(), set()
+    for _ in range(times):
+        with httpx.Client(timeout=10) as client:
+            statuses.add(client.get(url + "/health").status_code)
+        with httpx.Client(timeout=10) as client:
+            gauges |= {line.rsplit(" ", 1)[1] for line in client.get(url + "/metrics").text
+                       .splitlines() if line.startswith("gateway_upstream_healthy{")}
+    return statuses, gauges
+
+
+def test_an_ejection_in_one_process_holds_in_every_process(tmp_path: Path) -> None:
+    """The sidecar topology with two serving processes: a request failing on the one upstream
+    (and its retries) ejects it in the process that served it; every process then answers
+    /health 503 and shows the gauge at 0, and all are ready again once the probe restores it
+    (SPEC.md: /health is 200 only while the default model has a healthy upstream)."""
+    sim, sim_url = procs.simulator(tmp_path, "--tokens", "3")
+    gw, url = procs.gateway(tmp_path, f"""
+server: {{workers: 2, retries: 2, health: {{eject_after: 3, backoff: 3, probe_interval: 0.5}}}}
+default_model: demo
+models: [{{name: demo, backend: vllm, upstreams: [{sim_url}]}}]
+""")
+    try:
+        deadline = time.monotonic() + 10  # both processes up and past their first probe
+        while health_and_gauges(url, 6) != ({200}, {"1.0"}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        bad = httpx.post(url + "/v1/chat/completions", timeout=10, json={
+            "model": "demo", "messages": [{"role": "user", "content": "x [[sim fail=503]]"}]})
+        assert bad.status_code == 503
+        assert health_and_gauges(url, 12) == ({503}, {"0.0"})
+        deadline = time.monotonic() + 8
+        while health_and_gauges(url, 1) != ({200}, {"1.0"}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert health_and_gauges(url, 12) == ({200}, {"1.0"})
+    finally:
+        gw.stop()
+        sim.stop()
