@@ -152,14 +152,21 @@ class Upstreams:
             self._rebuild()
 
     def add(self, url: str) -> None:
-        """A managed worker that passed its health gate: a fresh start, whatever its URL did."""
+        """A managed worker that passed its health gate: a fresh start, whatever its URL did
+        (in every serving process at once: they probe it only every few seconds)."""
         if url not in self._managed:
             self._managed.append(url)
             self.health.pop(url, None)
             self._rebuild()
+            self._share(self.health[url], url)
 
     def remove(self, url: str) -> None:
+        """A managed worker that stopped or fails its probes; down in every serving process
+        at once (the parent process runs the workers and sees one exit first)."""
         if url in self._managed:
+            h = self.health[url]
+            h.probe_ok = False
+            self._share(h, url)
             self._managed.remove(url)
             self._rebuild()
 

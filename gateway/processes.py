@@ -32,7 +32,7 @@ import tempfile
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from gateway import config, http1, listener, metrics, observability, routing, supervisor
+from gateway import board, config, http1, listener, metrics, observability, routing, supervisor
 
 RESTART_SECONDS = 1.0  # before a serving process that died is started again
 BACKLOG = 2048  # uvicorn's own default
@@ -167,7 +167,8 @@ async def _parent(cfg: config.Config, socks: list[socket.socket], log_level: str
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     client = http1.Http1Client(cfg.server.timeouts.connect)
-    workers = supervisor.Supervisor(cfg, routing.Router(cfg), client)
+    # the serving processes take a worker's exit and return from here (gateway.board)
+    workers = supervisor.Supervisor(cfg, routing.Router(cfg, shared=board.Board(shared)), client)
     try:
         await workers.start()
         kept = [ServingProcess(cfg, s, log_level, shared) for s in socks]

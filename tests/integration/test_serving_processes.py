@@ -4,7 +4,9 @@ healthy in both, metrics summed over both, and SIGTERM to the parent stopping ev
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -126,3 +128,29 @@ models: [{{name: demo, backend: vllm, upstreams: [{sim_url}]}}]
     finally:
         gw.stop()
         sim.stop()
+
+
+def test_a_managed_worker_that_exits_is_out_of_every_process_at_once(tmp_path: Path) -> None:
+    """The parent runs the managed worker and sees it exit; every serving process takes it out
+    of rotation then, not after its own probes fail (3 probes 5 s apart): /health is 503 in
+    all of them within a second, with no traffic to notice it (SPEC.md: /health is 200 only
+    while the default model has a healthy upstream)."""
+    gw, url = procs.gateway(tmp_path, """
+server: {workers: 2}
+default_model: demo
+models: [{name: demo, backend: vllm}]
+workers: [{kind: simulator, model: demo, restart: never}]
+""")
+    try:
+        sims = [p for p in procs.children_of(gw.pid)
+                if "simulator" in Path(f"/proc/{p}/cmdline").read_text()]
+        deadline = time.monotonic() + 10  # both processes have gated the worker in
+        while health_and_gauges(url, 6)[0] != {200} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.kill(sims[0], signal.SIGKILL)
+        deadline = time.monotonic() + 3
+        while health_and_gauges(url, 1)[0] != {503} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert health_and_gauges(url, 12)[0] == {503}
+    finally:
+        gw.stop()
