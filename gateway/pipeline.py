@@ -274,8 +274,10 @@ class Pipeline:
         """Open a continuation of every open choice on another upstream, or re-raise `cause`
         (nothing is left open when one fails)."""
         wanted = seen.requests(job.req, job.route.backend)
-        if wanted is None or not wanted:
+        if wanted is None:
             raise cause
+        if not wanted:  # cut after every choice finished: the answer is whole, asked of no one
+            return []
         job.note.failovers += 1
         if job.note.observer is not None:  # the cut attempt ends here, as a failed one
             job.note.observer.end(failed, cause)

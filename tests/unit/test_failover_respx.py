@@ -52,6 +52,27 @@ async def test_chat_cut_after_first_byte_is_continued_on_the_other_worker() -> N
 
 
 @pytest.mark.anyio
+async def test_a_cut_after_every_choice_finished_asks_no_worker_for_more() -> None:
+    """The worker sent every choice's finish, then the connection broke before its usage and
+    `[DONE]`: the answer is whole, so no worker is asked to go on past its end (which would
+    append text after the finish); the stream ends as the client expects."""
+    done = HEAD + (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+                   b'"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}'
+                   b"\n\n")
+    with respx.mock(assert_all_called=False) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=harness.Broken([done])))
+        other = r.post(f"{UP2}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, content=REST))
+        resp = await harness.call(r, {**harness.CHAT, "stream": True})
+    assert other.call_count == 0
+    chunks = [orjson.loads(e[6:]) for e in resp.text.split("\n\n") if e.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "Hello" and '"error"' not in resp.text
+    assert resp.text.endswith("data: [DONE]\n\n")
+
+
+@pytest.mark.anyio
 async def test_a_lone_worker_is_not_asked_to_continue_its_own_answer() -> None:
     """SPEC.md: a stream is continued on *another* worker. With one upstream the cut stream
     ends with the in-band error, as without failover: the failed worker may be dead, and one
