@@ -1,7 +1,8 @@
 """Active health checks and load scrapes of a model's upstreams, in the background.
 
 Static and DNS-expanded upstreams are probed on their worker protocol's health route
-(`Backend.health_path`: vLLM, trtllm-serve and TGI `/health`, Triton `/v2/health/ready`);
+(`Backend.health_path`: vLLM, trtllm-serve and TGI `/health`, Triton `/v2/health/ready`, any
+other OpenAI-compatible server `/v1/models`);
 managed workers are probed by their supervisor. A new upstream (at startup, or found in DNS)
 is probed at once; until then requests are routed to it (as Envoy does without
 `ignore_new_hosts_until_first_hc`), so startup waits on nothing, but /health does not count it

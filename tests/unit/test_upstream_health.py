@@ -364,3 +364,39 @@ def test_health_waits_for_the_first_probe_which_runs_at_once() -> None:
     assert live[-1] == 200 and set(live) <= {200, 503}
     ups = balancer.Upstreams(("http://a:1",))
     assert ups.healthy() == ["http://a:1"] and ups.in_rotation() == []  # pending: routed to
+
+
+class WithoutHealthRoute:
+    """An OpenAI-compatible server with no `/health` (OpenAI's API has none: a 404 there),
+    the simulator's answers otherwise."""
+
+    def __init__(self) -> None:
+        self.sim = build_app(SimulatorSettings())
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/health":
+            await Response(b"Not Found", 404)(scope, receive, send)
+            return
+        await self.sim(scope, receive, send)
+
+
+def test_an_openai_compatible_server_without_a_health_route_is_in_rotation() -> None:
+    """`backend: openai` is any OpenAI-compatible server (SPEC.md); its probe is `GET
+    /v1/models`, which the OpenAI API has (API reference, Models: List models), not `/health`,
+    which it lacks: a server without one is healthy and serves."""
+    cfg = config.Config.model_validate({
+        "server": {"health": {"probe_interval": 0.05}},
+        "models": [{"name": "m", "backend": "openai", "upstreams": ["http://w:1"]}]})
+
+    async def go() -> tuple[int, int]:
+        async with hosts.serve(cfg, {"w": WithoutHealthRoute()}) as gw:
+            for _ in range(100):  # past the first probe
+                if (await gw.get("/health")).status_code == 200:
+                    break
+                await asyncio.sleep(0.01)
+            ready = (await gw.get("/health")).status_code
+            answer = await gw.post("/v1/chat/completions", json={
+                "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            return ready, answer.status_code
+
+    assert asyncio.run(go()) == (200, 200)
