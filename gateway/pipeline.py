@@ -144,10 +144,13 @@ class Pipeline:
             opened = await self._once(job.route, job.req, url, job.request_id, note)
         except BaseException as exc:
             ups.end(url, ticket)
-            if isinstance(exc, errors.UpstreamError):
+            if isinstance(exc, errors.UpstreamError) and not 400 <= exc.status < 500:
                 ups.failed(url, ticket)
             elif isinstance(exc, errors.GatewayError):
-                ups.succeeded(url, ticket)  # it answered: a 4xx is the request's fault
+                # it answered: a 4xx never counts toward ejection (SPEC.md), not even an
+                # overloaded worker's 429 that another worker is asked instead (as Envoy's
+                # consecutive_5xx, which any other answer resets)
+                ups.succeeded(url, ticket)
             if isinstance(exc, errors.GatewayError):
                 note.errors.append(f"{url}: {exc.message}"
                                    + (f" ({exc.detail})" if exc.detail else ""))

@@ -400,3 +400,27 @@ def test_an_openai_compatible_server_without_a_health_route_is_in_rotation() -> 
             return ready, answer.status_code
 
     assert asyncio.run(go()) == (200, 200)
+
+
+def test_an_overloaded_worker_is_tried_elsewhere_but_never_ejected() -> None:
+    """TGI answers an overloaded request 429 (router server.rs, InferError::Overloaded): the
+    request is retried on another worker, but a 4xx never counts toward ejection (SPEC.md;
+    Envoy's consecutive_5xx counts 5xx only), so the overloaded worker stays in rotation and
+    keeps being offered requests once it has room again."""
+    cfg = config.Config.model_validate({
+        "server": {"retries": 1, "health": {"eject_after": 1}},
+        "models": [{"name": "m", "backend": "tgi", "routing": "round_robin",
+                    "upstreams": ["http://busy:1", "http://ok:1"]}]})
+    busy = tgi_fake.app(overloaded=True)
+
+    async def go() -> tuple[list[int], str]:
+        async with hosts.serve(cfg, {"busy": busy, "ok": tgi_fake.app()}) as gw:
+            got = [(await gw.post("/generate", json={"inputs": "x"})).status_code
+                   for _ in range(6)]
+            return got, (await gw.get("/metrics")).text
+
+    statuses, text = asyncio.run(go())
+    assert statuses == [200] * 6
+    assert 'gateway_upstream_ejections_total{gen_ai_request_model="m",upstream="http://busy:1"} 0.0' \
+        in text
+    assert len(busy.state.requests) >= 3  # still offered requests: never out of rotation
