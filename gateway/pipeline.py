@@ -284,17 +284,21 @@ class Pipeline:
         job.note.failovers += 1
         if job.note.observer is not None:  # the cut attempt ends here, as a failed one
             job.note.observer.end(failed, cause)
-        opened: list[tuple[int, Opened]] = []
-        try:
-            for choice, cont in wanted:
-                if job.note.observer is not None:
-                    job.note.observer.failing_over()
-                opened.append((choice, await self.open(job.route, cont, job.request_id,
-                                                       job.note, avoid=failed)))
-        except errors.GatewayError:
+        async def one(cont: canonical.InferenceRequest) -> Opened:
+            if job.note.observer is not None:
+                job.note.observer.failing_over()
+            return await self.open(job.route, cont, job.request_id, job.note, avoid=failed)
+
+        # all at once: each waits for its worker's first token
+        got = await asyncio.gather(*(one(cont) for _, cont in wanted), return_exceptions=True)
+        opened = [(c, o) for (c, _), o in zip(wanted, got, strict=True) if isinstance(o, Opened)]
+        if len(opened) < len(wanted):
             for _, o in opened:
                 await o.close(job.route.upstreams)
             self.on_failover(job.route.name, failed, None, sum(seen.tokens))
+            bug = next((e for e in got if not isinstance(e, Opened | errors.GatewayError)), None)
+            if isinstance(bug, BaseException):  # not a worker's failure: a bug, as it was
+                raise bug
             raise cause from None
         for _, o in opened:
             self.on_failover(job.route.name, failed, o.url, sum(seen.tokens))
