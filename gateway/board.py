@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from dataclasses import dataclass
 from hashlib import blake2b
 
@@ -81,7 +80,3 @@ class Board:
             standing = None
         self._seen[path] = (st.st_mtime_ns, st.st_ino, standing)
         return standing
-
-
-def now() -> float:
-    return time.time()

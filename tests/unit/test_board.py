@@ -2,7 +2,7 @@
 of an upstream (an ejection, a restoration, a probe's verdict), the others take on, so /health
 and the health gauge agree whichever process answers. Envoy keeps one outlier-detection state
 for all its worker threads in the same way (envoyproxy/envoy
-source/extensions/clusters/.../outlier_detection_impl.cc, run on the main thread)."""
+source/common/upstream/outlier_detection_impl.cc, run on the main thread)."""
 
 from __future__ import annotations
 
