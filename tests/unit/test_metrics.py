@@ -153,6 +153,7 @@ async def test_a_failover_is_counted_as_one_and_not_as_a_retry() -> None:
     stream continued elsewhere after it is a failover (its own counter), not also a retry."""
     from tests.unit.test_failover_respx import HEAD, REST
     with respx.mock(assert_all_called=True) as r:
+        harness.healthy(r)  # the other worker passes its probe
         r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
             200, stream=harness.Broken([HEAD])))
         r.post(f"{UP2}/v1/chat/completions").mock(return_value=httpx.Response(200, content=REST))
