@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adapters import registry
 from gateway import (
+    board,
     config,
     health,
     hooks,
@@ -46,12 +47,14 @@ def http1_client(cfg: config.Config) -> upstream.UpstreamClient:
 
 
 def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
-              traces: tracing.Tracing | None = None, manage_workers: bool = True) -> FastPaths:
+              traces: tracing.Tracing | None = None, manage_workers: bool = True,
+              shared: str | None = None) -> FastPaths:
     """The gateway for `cfg`; `client_factory` makes the upstream client inside the loop;
     `traces` (gateway.tracing) gives every request a span. `manage_workers=False` (a serving
     process of several): the managed workers are run by the parent process, and this one only
-    gates them into rotation by their health."""
-    router = routing.Router(cfg, hooks.Events())
+    gates them into rotation by their health; `shared` is then the directory where the
+    processes share their upstreams' standing (gateway.board)."""
+    router = routing.Router(cfg, hooks.Events(), board.Board(shared) if shared else None)
     flow = pipeline.Pipeline(_Unstarted(), cfg.server)
     flow.on_failover = hooks.failover
     services = serving.Services(cfg, router, flow,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
-from gateway import affinity, config
+from gateway import affinity, board, config
 
 Policy = Literal["least_request", "round_robin", "prefix"]
 
@@ -88,6 +88,7 @@ class Health:
     probe_ok: bool | None = True  # None: not probed yet (a static upstream at startup)
     in_flight: int = 0
     queued: float = 0.0  # the worker's own waiting queue, from its /metrics
+    shared: board.Standing | None = None  # the last standing shared (gateway.board)
 
     def available(self, now: float) -> bool:
         if self.probe_ok is False:
@@ -97,6 +98,11 @@ class Health:
     def counted(self, now: float) -> bool:
         """Probed and passing, and in rotation or half-open: what /health counts."""
         return self.probe_ok is True and self.ejected_until <= now
+
+    def standing(self, wall: float, now: float) -> board.Standing:
+        """This standing for the other serving processes, its times on the wall clock."""
+        until = wall + max(0.0, self.ejected_until - now) if self.ejected_until else 0.0
+        return board.Standing(wall, until, self.backoff, self.probe_ok)
 
 
 class Upstreams:
@@ -120,6 +126,8 @@ class Upstreams:
         self.model = model  # for the events it reports
         self.listener: Listener = listener or Quiet()
         self.on_pending: Callable[[], None] = lambda: None  # a static upstream awaits its probe
+        self.board: board.Board | None = None  # shared with the other serving processes
+        self.wall: affinity.Clock = time.time
         self._tickets = itertools.count(1)
         self._rebuild()
 
@@ -144,14 +152,21 @@ class Upstreams:
             self._rebuild()
 
     def add(self, url: str) -> None:
-        """A managed worker that passed its health gate: a fresh start, whatever its URL did."""
+        """A managed worker that passed its health gate: a fresh start, whatever its URL did
+        (in every serving process at once: they probe it only every few seconds)."""
         if url not in self._managed:
             self._managed.append(url)
             self.health.pop(url, None)
             self._rebuild()
+            self._share(self.health[url], url)
 
     def remove(self, url: str) -> None:
+        """A managed worker that stopped or fails its probes; down in every serving process
+        at once (the parent process runs the workers and sees one exit first)."""
         if url in self._managed:
+            h = self.health[url]
+            h.probe_ok = False
+            self._share(h, url)
             self._managed.remove(url)
             self._rebuild()
 
@@ -181,9 +196,44 @@ class Upstreams:
 
     def in_rotation(self) -> list[str]:
         """Upstreams passing their probe and not ejected (half-open ones included): what
-        /health, readiness and the health gauge count."""
+        /health and readiness count; as every serving process sees them now."""
+        self.sync()
         now = self.clock()
         return [u for u in self._all if self.health[u].counted(now)]
+
+    def in_service(self) -> list[str]:
+        """Upstreams passing their probe and neither ejected nor half-open: what the health
+        gauge counts; as every serving process sees them now."""
+        self.sync()
+        return [u for u in self._all
+                if self.health[u].probe_ok is True and not self.health[u].ejected_until]
+
+    def sync(self) -> None:
+        """Take on what other serving processes decided since (gateway.board): the newest
+        standing of each upstream wins. Not reported: the process that decided reported it."""
+        if self.board is None:
+            return
+        wall, now = self.wall(), self.clock()
+        for url in self._all:
+            h = self.health[url]
+            s = self.board.read(self.model, url)
+            if s is None or s == h.shared or (h.shared is not None and s.at < h.shared.at):
+                continue
+            h.shared, h.backoff = s, s.backoff
+            if s.probe_ok is not None:
+                h.probe_ok = s.probe_ok
+            if s.until:  # ejected there; half-open here too once its time is over
+                h.ejected_until = now + max(0.0, s.until - wall)
+            elif not h.ejected_until:
+                continue
+            else:
+                h.ejected_until = 0.0
+            h.failures, h.trial, h.since = 0, False, next(self._tickets)
+
+    def _share(self, h: Health, url: str) -> None:
+        if self.board is not None:
+            h.shared = h.standing(self.wall(), self.clock())
+            self.board.publish(self.model, url, h.shared)
 
     def order(self, key: str | None = None) -> list[str]:
         """Every available upstream once, the policy's choice first: attempt 1 there, retries
@@ -263,7 +313,8 @@ class Upstreams:
         h = self.health.get(url)
         if h is None:
             return
-        if h.probe_ok != ok and (h.probe_ok is not None or not ok):
+        changed = h.probe_ok != ok
+        if changed and (h.probe_ok is not None or not ok):
             self.listener.probe_changed(self.model, url, ok)
         h.probe_ok = ok
         if h.ejected_until and h.ejected_until <= self.clock():
@@ -271,6 +322,8 @@ class Upstreams:
                 self._restore(url, h)
             else:  # out while its probe fails anyway; reported as a probe change
                 self._eject(url, h, h.backoff * 2, report=False)
+        elif changed:
+            self._share(h, url)
 
     def _ticket(self, h: Health, ticket: int | None) -> int:
         if ticket is not None:
@@ -282,12 +335,14 @@ class Upstreams:
         h.backoff = min(max(backoff, s.backoff), s.backoff_max)
         h.ejected_until = self.clock() + h.backoff
         h.trial, h.since = False, next(self._tickets)
+        self._share(h, url)
         if report:
             self.listener.ejected(self.model, url, h.backoff)
         return True
 
     def _restore(self, url: str, h: Health) -> None:
         h.failures, h.ejected_until, h.trial, h.since = 0, 0.0, False, next(self._tickets)
+        self._share(h, url)
         self.listener.restored(self.model, url)
 
     def loaded(self, url: str, queued: float) -> None:

@@ -1,14 +1,16 @@
 """Active health checks and load scrapes of a model's upstreams, in the background.
 
 Static and DNS-expanded upstreams are probed on their worker protocol's health route
-(`Backend.health_path`: vLLM, trtllm-serve and TGI `/health`, Triton `/v2/health/ready`);
+(`Backend.health_path`: vLLM, trtllm-serve and TGI `/health`, Triton `/v2/health/ready`, any
+other OpenAI-compatible server `/v1/models`);
 managed workers are probed by their supervisor. A new upstream (at startup, or found in DNS)
 is probed at once; until then requests are routed to it (as Envoy does without
 `ignore_new_hosts_until_first_hc`), so startup waits on nothing, but /health does not count it
 yet (Envoy's PENDING_ACTIVE_HC): a gateway whose upstreams are all dead is never ready.
 Later rounds follow every `probe_interval` (plus jitter). For `least_request`, each
 worker's queue gauges (`Backend.load_gauges`) are read from its /metrics on another period,
-while the model has more than one upstream to choose from.
+while the model has more than one upstream to choose from. With several serving processes,
+what the others decided (gateway.board) is taken on every `board.SYNC_SECONDS`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import random
 from collections.abc import Iterable
 
 from adapters import base
-from gateway import balancer, config, routing, upstream
+from gateway import balancer, board, config, routing, upstream
 
 
 async def probe(client: upstream.UpstreamClient, ups: balancer.Upstreams, path: str,
@@ -89,9 +91,11 @@ async def watch(route: routing.Route, client: upstream.UpstreamClient,
     jitter = random.uniform(0, 0.1 * settings.probe_interval)  # keep gateways out of step
     next_probe = loop.time()
     next_scrape = loop.time() + settings.load_interval
+    shared = route.upstreams.board is not None
     while True:
         pending.clear()
         now = loop.time()
+        route.upstreams.sync()
         if now >= next_probe:
             await probe(client, route.upstreams, path, settings.probe_timeout)
             next_probe, jitter = now + settings.probe_interval + jitter, 0.0
@@ -102,6 +106,8 @@ async def watch(route: routing.Route, client: upstream.UpstreamClient,
                 await scrape(client, route.upstreams, gauges, settings.probe_timeout)
             next_scrape = now + settings.load_interval
         due = next_probe if gauges is None else min(next_probe, next_scrape)
+        if shared:
+            due = min(due, now + board.SYNC_SECONDS)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(pending.wait(), max(0.0, due - loop.time()))
 

@@ -17,7 +17,8 @@ at the next scrape (`refresh_upstreams`, `_ListedOnly`).
 
 With several serving processes (`server.workers: N`) prometheus_client's multiprocess mode
 sums every process's samples (`collected`): the in-flight gauge is `livesum` (a process that
-ended leaves the sum, `process_gone`), upstream health `max`; the process collectors are per
+ended leaves the sum, `process_gone`), upstream health the latest of live processes (each
+scrape sets it from a view gateway.board keeps shared); the process collectors are per
 process and are left out there.
 """
 
@@ -93,11 +94,14 @@ FAILOVERS = prom.Counter("gateway_upstream_failovers",
 EJECTIONS = prom.Counter("gateway_upstream_ejections",
                          "Times an upstream was taken out of rotation for failing",
                          [MODEL, "upstream"], registry=REGISTRY)
+# Every scrape sets each series from the scraping process's view, which gateway.board keeps
+# the same in every process: with several processes the latest value is the one to show (of
+# live processes: one that ended leaves none behind).
 UPSTREAM_HEALTHY = prom.Gauge("gateway_upstream_healthy",
                               "1 while an upstream is in rotation, 0 while ejected",
-                              [MODEL, "upstream"], registry=REGISTRY, multiprocess_mode="max")
+                              [MODEL, "upstream"], registry=REGISTRY,
+                              multiprocess_mode="livemostrecent")
 
-_ejected: set[tuple[str, str]] = set()
 _listed: set[tuple[str, str]] = set()
 _children: dict[tuple[object, tuple[str, ...]], Any] = {}
 _dirty: list[Any] = []  # series changed in this turn of the event loop
@@ -250,13 +254,11 @@ def failover(model: str, upstream: str) -> None:
 def ejected(model: str, upstream: str) -> None:
     """`upstream` leaves the rotation after failures (routing calls this)."""
     EJECTIONS.labels(model, upstream).inc()
-    _ejected.add((model, upstream))
     UPSTREAM_HEALTHY.labels(model, upstream).set(0)
 
 
 def restored(model: str, upstream: str) -> None:
     """An ejected `upstream` is back in rotation (routing calls this)."""
-    _ejected.discard((model, upstream))
     UPSTREAM_HEALTHY.labels(model, upstream).set(1)
 
 
@@ -264,7 +266,6 @@ def declare(router: Router) -> None:
     """Series that exist from startup at zero, so dashboards and alerts see them before the
     first request (Prometheus' advice for known label values). A new router has ejected
     nothing yet."""
-    _ejected.clear()
     for route in router.routes.values():
         IN_FLIGHT.labels(route.name)
         for url in route.upstreams.all:
@@ -278,20 +279,19 @@ def refresh_upstreams(router: Router) -> None:
     DNS, a stopped managed worker) lose their series, so churn does not pile them up."""
     flush()  # before any series is dropped
     listed = {(r.name, url) for r in router.routes.values() for url in r.upstreams.all}
-    rotation = {(r.name, url) for r in router.routes.values() for url in r.upstreams.in_rotation()}
+    serving = {(r.name, url) for r in router.routes.values() for url in r.upstreams.in_service()}
     for key in listed - _listed:  # managed workers and DNS-found pods from their listing on
         for counter in (RETRIES, FAILOVERS, EJECTIONS):
             counter.labels(*key)
     gone = _listed - listed
     for key in gone:
         UPSTREAM_HEALTHY.remove(*key)
-        _ejected.discard(key)
     if gone:
         _forget(gone, listed)
     _listed.clear()
     _listed.update(listed)
     for key in listed:
-        UPSTREAM_HEALTHY.labels(*key).set(1 if key in rotation and key not in _ejected else 0)
+        UPSTREAM_HEALTHY.labels(*key).set(1 if key in serving else 0)
 
 
 # Families with an upstream's series: by (model, upstream URL), or by (model, host, port).

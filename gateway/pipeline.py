@@ -8,8 +8,8 @@ upstream read; a stream that ends without its terminal event raises, and closing
 
 Every attempt is accounted to its upstream (in flight while it runs; a worker failure counts
 toward ejection, a 4xx never does). A stream whose worker fails after the first byte is
-continued on another worker (`server.failover_attempts`) when the backend can build the
-continuation: the client keeps one stream.
+continued on other workers (`server.failover_attempts`, gateway.failover) when the backend
+can build the continuation: the client keeps one stream.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import tenacity
 
 from adapters import base
-from gateway import affinity, balancer, config, deadline, pump, routing, upstream
+from gateway import affinity, balancer, config, deadline, failover, pump, routing, upstream
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -144,10 +144,13 @@ class Pipeline:
             opened = await self._once(job.route, job.req, url, job.request_id, note)
         except BaseException as exc:
             ups.end(url, ticket)
-            if isinstance(exc, errors.UpstreamError):
+            if isinstance(exc, errors.UpstreamError) and not 400 <= exc.status < 500:
                 ups.failed(url, ticket)
             elif isinstance(exc, errors.GatewayError):
-                ups.succeeded(url, ticket)  # it answered: a 4xx is the request's fault
+                # it answered: a 4xx never counts toward ejection (SPEC.md), not even an
+                # overloaded worker's 429 that another worker is asked instead (as Envoy's
+                # consecutive_5xx, which any other answer resets)
+                ups.succeeded(url, ticket)
             if isinstance(exc, errors.GatewayError):
                 note.errors.append(f"{url}: {exc.message}"
                                    + (f" ({exc.detail})" if exc.detail else ""))
@@ -204,23 +207,41 @@ class Pipeline:
 
     async def stream(self, opened: Opened, deliver: pump.Deliver, drain: pump.Drain) -> None:
         """Every batch of a streamed answer to `deliver` (False: wait for `drain` before the
-        next), continued on another worker like `batches`; from the worker connection's own
-        callbacks (gateway.pump) where its response offers them, else from this task."""
+        next), from the worker connection's own callbacks (gateway.pump) where its response
+        offers them, else from this task; continued on other workers (gateway.failover) if
+        the worker fails after its first byte."""
         job = opened.job
-        seen = Progress() if self._resumable(opened) else None
-        current, left = opened, self.failover_attempts
-        while True:
+        seen = failover.Progress(failover.choices(job.req)) \
+            if job is not None and self._resumable(opened) else None
+        try:
+            await self._pump(opened, deliver, drain, seen)
+            return
+        except (errors.UpstreamBroken, errors.UpstreamTimeout) as exc:
+            if seen is None or job is None or seen.mixed:
+                raise
+            cause, failed = exc, opened.url
+        for _ in range(self.failover_attempts):
+            conts = await self._continue(job, seen, failed, cause)
             try:
-                await self._pump(current, deliver, drain, seen)
+                await self._pump_continued(conts, deliver, drain, seen)
                 return
             except (errors.UpstreamBroken, errors.UpstreamTimeout) as exc:
-                if seen is None or job is None or not left or seen.mixed:
+                if seen.mixed:
                     raise
-                left -= 1
-                current = await self._continue(job, seen, current.url, exc)
+                cause, failed = exc, conts[seen.cut][1].url
+        raise cause
+
+    async def _pump_continued(self, conts: list[tuple[int, Opened]], deliver: pump.Deliver,
+                              drain: pump.Drain, seen: failover.Progress) -> None:
+        """The continuations' batches to `deliver` as one stream, then their one usage."""
+        async for batch in failover.merged([(c, self._relay(o)) for c, o in conts], seen):
+            if not deliver(batch):
+                await drain()
+        if (usage := seen.usage()) is not None and not deliver([usage]):
+            await drain()
 
     async def _pump(self, opened: Opened, deliver: pump.Deliver, drain: pump.Drain,
-                    seen: Progress | None) -> None:
+                    seen: failover.Progress | None) -> None:
         """One worker's answer to `deliver`; accounted to its upstream like `_relay`."""
         if not hasattr(opened.resp, "attach"):
             relay = self._relay(opened)
@@ -254,26 +275,38 @@ class Pipeline:
     def _resumable(self, opened: Opened) -> bool:
         job = opened.job
         return bool(self.failover_attempts and opened.more and job is not None
-                    and job.req.stream and job.route.backend.continues(job.req))
+                    and job.req.stream and failover.resumable(job.req, job.route.backend))
 
-    async def _continue(self, job: Job, seen: Progress, failed: str,
-                        cause: errors.GatewayError) -> Opened:
-        """Open the continuation on another upstream, or re-raise `cause`."""
-        text = "".join(seen.texts)
-        cont = job.route.backend.continuation(job.req, text, seen.tokens)
-        if cont is None:
+    async def _continue(self, job: Job, seen: failover.Progress, failed: str,
+                        cause: errors.GatewayError) -> list[tuple[int, Opened]]:
+        """Open a continuation of every open choice on another upstream, or re-raise `cause`
+        (nothing is left open when one fails)."""
+        wanted = seen.requests(job.req, job.route.backend)
+        if wanted is None:
             raise cause
+        if not wanted:  # cut after every choice finished: the answer is whole, asked of no one
+            return []
         job.note.failovers += 1
         if job.note.observer is not None:  # the cut attempt ends here, as a failed one
             job.note.observer.end(failed, cause)
-            job.note.observer.failing_over()
-        try:
-            opened = await self.open(job.route, cont, job.request_id, job.note, avoid=failed)
-        except errors.GatewayError:
-            self.on_failover(job.route.name, failed, None, seen.tokens)
+        async def one(cont: canonical.InferenceRequest) -> Opened:
+            if job.note.observer is not None:
+                job.note.observer.failing_over()
+            return await self.open(job.route, cont, job.request_id, job.note, avoid=failed)
+
+        # all at once: each waits for its worker's first token
+        got = await asyncio.gather(*(one(cont) for _, cont in wanted), return_exceptions=True)
+        opened = [(c, o) for (c, _), o in zip(wanted, got, strict=True) if isinstance(o, Opened)]
+        if len(opened) < len(wanted):
+            for _, o in opened:
+                await o.close(job.route.upstreams)
+            self.on_failover(job.route.name, failed, None, sum(seen.tokens))
+            bug = next((e for e in got if not isinstance(e, Opened | errors.GatewayError)), None)
+            if isinstance(bug, BaseException):  # not a worker's failure: a bug, as it was
+                raise bug
             raise cause from None
-        self.on_failover(job.route.name, failed, opened.url, seen.tokens)
-        seen.continued()
+        for _, o in opened:
+            self.on_failover(job.route.name, failed, o.url, sum(seen.tokens))
         return opened
 
     async def _relay(self, opened: Opened) -> AsyncGenerator[list[ev.Event], None]:
@@ -313,48 +346,3 @@ class Pipeline:
         finally:
             dog.cancel()
             await opened.close(opened.job.route.upstreams if opened.job else None)
-
-
-_OPENING = (ev.Role, ev.PromptInfo)  # a continuation's own opening: not the client's
-
-
-class Progress:
-    """What the client has been sent of choice 0: its text pieces and a token count (one per
-    text event unless the worker gave ids), for a continuation. `mixed`: something besides
-    plain text went out (reasoning, a tool call), which no continuation can carry on."""
-
-    __slots__ = ("base", "mixed", "resumed", "texts", "tokens")
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-        self.tokens = 0
-        self.base = 0  # tokens sent before the current worker took over
-        self.mixed = False
-        self.resumed = False
-
-    def track(self, batch: list[ev.Event]) -> bool:
-        """Note a batch on its way out (a few type checks per event: this runs per chunk);
-        False when nothing of it is left to send."""
-        for e in batch:
-            kind = type(e)
-            if kind is ev.TextDelta:
-                self.texts.append(e.text)  # type: ignore[union-attr]
-                ids = e.token_ids  # type: ignore[union-attr]
-                self.tokens += len(ids) if ids else 1
-            elif kind is ev.ReasoningDelta or kind is ev.ToolCallDelta:
-                self.mixed = True
-        return self._after_resume(batch) if self.resumed else True
-
-    def _after_resume(self, batch: list[ev.Event]) -> bool:
-        """A continuation's events as the client's one stream: its opening dropped, its usage
-        counting the client's prompt and every completion token."""
-        batch[:] = [e for e in batch if type(e) not in _OPENING]
-        for e in batch:
-            if type(e) is ev.Usage:
-                e.prompt_tokens = max(0, e.prompt_tokens - self.base)
-                e.completion_tokens += self.base
-        return bool(batch)
-
-    def continued(self) -> None:
-        self.base = self.tokens
-        self.resumed = True

@@ -7,11 +7,13 @@ every process for each connection and let the quickest take most of them. The pa
 sockets, so a serving process that dies is restarted on its own socket and what queued there
 meanwhile is still served. The managed workers (`workers:`) are started, restarted and stopped
 by the parent alone; each serving process gates them into its own rotation by probing their
-health route (the same gate as one process uses), so no state has to be kept in step between
-processes. Metrics: prometheus_client's multiprocess mode, in a directory the parent makes and
-removes; /metrics in any process sums them all. SIGTERM or SIGINT to the parent: SIGTERM to
-every serving process (each drains its streams for `server.drain_seconds`) and the parent's
-copies of the sockets closed, so new connections are refused; then the workers stop.
+health route (the same gate as one process uses). What one process learns of an upstream's
+health (an ejection, a probe's verdict) the others take on (gateway.board, in a directory the
+parent makes and removes), so /health answers alike in every process. Metrics:
+prometheus_client's multiprocess mode, in another such directory; /metrics in any process
+sums them all. SIGTERM or SIGINT to the parent: SIGTERM to every serving process (each drains
+its streams for `server.drain_seconds`) and the parent's copies of the sockets closed, so new
+connections are refused; then the workers stop.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import tempfile
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from gateway import config, http1, listener, metrics, observability, routing, supervisor
+from gateway import board, config, http1, listener, metrics, observability, routing, supervisor
 
 RESTART_SECONDS = 1.0  # before a serving process that died is started again
 BACKLOG = 2048  # uvicorn's own default
@@ -117,14 +119,16 @@ def serve(cfg: config.Config, n: int, log_level: str) -> int:
     socks = listeners(cfg.server.host, cfg.server.port, n)
     metrics_dir = tempfile.mkdtemp(prefix="gateway-metrics-")
     os.environ[metrics.MULTIPROC_ENV] = metrics_dir  # read by the spawned processes at import
+    shared = tempfile.mkdtemp(prefix="gateway-upstreams-")
     try:
         import uvloop
 
-        uvloop.run(_parent(cfg, socks, log_level))
+        uvloop.run(_parent(cfg, socks, log_level, shared))
     finally:
         for s in socks:
             s.close()
         shutil.rmtree(metrics_dir, ignore_errors=True)
+        shutil.rmtree(shared, ignore_errors=True)
     return 0
 
 
@@ -156,16 +160,18 @@ def listeners(host: str, port: int, n: int) -> list[socket.socket]:
     return socks
 
 
-async def _parent(cfg: config.Config, socks: list[socket.socket], log_level: str) -> None:
+async def _parent(cfg: config.Config, socks: list[socket.socket], log_level: str,
+                  shared: str) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     client = http1.Http1Client(cfg.server.timeouts.connect)
-    workers = supervisor.Supervisor(cfg, routing.Router(cfg), client)
+    # the serving processes take a worker's exit and return from here (gateway.board)
+    workers = supervisor.Supervisor(cfg, routing.Router(cfg, shared=board.Board(shared)), client)
     try:
         await workers.start()
-        kept = [ServingProcess(cfg, s, log_level) for s in socks]
+        kept = [ServingProcess(cfg, s, log_level, shared) for s in socks]
         tasks = [asyncio.ensure_future(p.keep(stop)) for p in kept]
         await stop.wait()
         for p in kept:
@@ -187,10 +193,11 @@ async def _parent(cfg: config.Config, socks: list[socket.socket], log_level: str
 class ServingProcess:
     """One serving process on its socket, started again if it dies before the parent stops."""
 
-    def __init__(self, cfg: config.Config, sock: socket.socket, log_level: str):
+    def __init__(self, cfg: config.Config, sock: socket.socket, log_level: str, shared: str):
         self.cfg = cfg
         self.sock = sock
         self.log_level = log_level
+        self.shared = shared  # gateway.board's directory
         self.proc: BaseProcess | None = None
 
     async def keep(self, stop: asyncio.Event) -> None:
@@ -198,7 +205,7 @@ class ServingProcess:
         while not stop.is_set():
             self.proc = multiprocessing.get_context("spawn").Process(
                 target=run_child, args=(self.cfg.model_dump(mode="json"), self.sock,
-                                        self.log_level), daemon=False)
+                                        self.log_level, self.shared), daemon=False)
             self.proc.start()
             await _exited(self.proc)
             if self.proc.pid is not None:
@@ -232,9 +239,10 @@ async def _exited(proc: BaseProcess) -> None:
     proc.join()
 
 
-def run_child(raw: dict[str, Any], sock: socket.socket, log_level: str) -> None:
-    """A serving process: the gateway app on the inherited socket, workers gated by health.
-    The config travels as its JSON form (the assembled config classes do not pickle)."""
+def run_child(raw: dict[str, Any], sock: socket.socket, log_level: str, shared: str) -> None:
+    """A serving process: the gateway app on the inherited socket, workers gated by health,
+    upstream health shared with the other processes through `shared` (gateway.board). The
+    config travels as its JSON form (the assembled config classes do not pickle)."""
     supervisor.die_with_parent()
     cfg = config.Config.model_validate(raw)
     import structlog
@@ -246,5 +254,5 @@ def run_child(raw: dict[str, Any], sock: socket.socket, log_level: str) -> None:
     structlog.contextvars.bind_contextvars(pid=os.getpid())
     gc.set_threshold(20_000, 20, 20)  # as in cli.serve
     application = app.build_app(cfg, traces=tracing.from_env(cfg.server.tracing, os.environ),
-                                manage_workers=False)
+                                manage_workers=False, shared=shared)
     raise SystemExit(server(application, cfg.server).run(sockets=[sock]))

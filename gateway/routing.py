@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters import base, registry, tokens
-from gateway import balancer, config, tokenizer
+from gateway import balancer, board, config, tokenizer
 from schemas import canonical, errors
 
 
@@ -76,8 +76,10 @@ def file_problems(models: Any) -> list[str]:
 class Router:
     """Resolves client-facing model names; `None` means the default model."""
 
-    def __init__(self, cfg: config.Config, listener: balancer.Listener | None = None):
-        """`listener` hears the upstreams' health changes (the app passes gateway.hooks)."""
+    def __init__(self, cfg: config.Config, listener: balancer.Listener | None = None,
+                 shared: board.Board | None = None):
+        """`listener` hears the upstreams' health changes (the app passes gateway.hooks);
+        `shared`: the board of the serving processes, when there are several."""
         self.routes: dict[str, Route] = {}
         self._by_name: dict[str, Route] = {}
         for i, m in enumerate(cfg.models):
@@ -91,6 +93,7 @@ class Router:
                 "special_token_ids": vocab.special if vocab else frozenset()}
             ups = balancer.Upstreams(m.upstreams, m.routing, cfg.server.health, model=m.name,
                                      listener=listener)
+            ups.board = shared
             route = Route(m, registry.backend(m.backend), ups, options, vocab)
             self.routes[m.name] = route
             for name in (m.name, *m.aliases):

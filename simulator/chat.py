@@ -191,12 +191,13 @@ def _resumed(
         body, settings, faults, len(head), None if max_tokens is None else max_tokens + given
     )
     key = tokens.digest(*(f"{r}:{t}" for r, t in base))
-    outcome = jobs.generate_choices(settings, spec, key, 1, (seed, temperature))[0]
-    k = resume.resume_at(outcome, prefix)
-    if k is None:
-        return None
-    resume.trim(outcome, k, prefix)
-    return head + tokens.encode(prefix), [outcome], resume.uncut(faults)
+    for outcome in jobs.generate_choices(settings, spec, key, resume.MAX_CHOICES,
+                                         (seed, temperature)):
+        k = resume.resume_at(outcome, prefix)  # any choice of an `n` answer
+        if k is not None:
+            resume.trim(outcome, k, prefix)
+            return head + tokens.encode(prefix), [outcome], resume.uncut(faults)
+    return None
 
 
 def _logprob_entry(tok: tokens.Token, k: int, as_ids: bool = False) -> dict[str, Any]:

@@ -18,6 +18,10 @@ import dataclasses
 from simulator import directives, tokens
 
 MAX_SPLITS = 64  # completions: candidate cut points tried, from the end of the prompt
+# Chat: the choice an answer being continued was (a gateway continues each choice of an `n`
+# answer as a request of its own, n=1), the indices tried. Completions try choice 0 only: with
+# no flag to mark a continuation, each request would pay for every index at every cut point.
+MAX_CHOICES = 16
 
 
 def resume_at(outcome: tokens.Outcome, prefix: str) -> int | None:

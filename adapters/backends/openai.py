@@ -202,7 +202,11 @@ class OpenAIBackend:
         return errors.UpstreamRejected(message, status=status, detail=detail)
 
     def health_path(self) -> str:
-        return "/health"
+        """The OpenAI API has no health route; `GET /v1/models` is the one request every
+        OpenAI-compatible server answers (OpenAI's API reference, Models: List models), where
+        `/health` is a 404 on many (OpenAI's own, Ollama, LM Studio). vLLM and trtllm-serve
+        have their own `/health`."""
+        return "/v1/models"
 
     def load_gauges(self) -> base.LoadGauges | None:
         return None  # the OpenAI API defines no load metrics

@@ -47,6 +47,9 @@ class TrtllmBackend(openai.OpenAIBackend):
     ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
     PER_TOKEN_LOGPROBS = True  # CompletionRequest / ChatCompletionRequest `logprobs`
 
+    def health_path(self) -> str:
+        return "/health"  # openai_server.py: 200, or 503 while the LLM is unavailable
+
     def limits(self, s: canonical.Sampling, body: dict[str, Any]) -> None:
         """`include_stop_str_in_output` is declared (openai_protocol.py); there is no way to
         ask for "as many tokens as fit", so `max_tokens` is left out and trtllm-serve's own

@@ -98,6 +98,9 @@ class VllmBackend(openai.OpenAIBackend):
             out["reasoning_content"] = m.reasoning
         return out
 
+    def health_path(self) -> str:
+        return "/health"  # 200, or 503 once the engine is dead (wire-formats.md 3.6)
+
     def load_gauges(self) -> base.LoadGauges | None:
         return LOAD
 

@@ -100,6 +100,63 @@ def test_openai_chat_stream_is_continued(env: tuple[str, list[str]], fault: str)
     assert both_served(sims, before)
 
 
+def test_each_choice_of_an_n_chat_stream_is_continued(env: tuple[str, list[str]]) -> None:
+    """n=2: each unfinished choice is continued from its own text, as a request of its own
+    (vLLM's `continue_final_message` takes one assistant turn), merged into the one stream:
+    every choice's whole answer once, one role and one finish per choice, one usage counting
+    the prompt once and every choice's tokens (vLLM serving_chat.py: `prompt_tokens` once,
+    `completion_tokens` summed over the choices)."""
+    gw, sims = env
+    before = counts(sims)
+    client = openai.OpenAI(base_url=gw + "/v1", api_key="x", max_retries=0, timeout=20)
+    chunks = list(client.chat.completions.create(
+        model="demo", n=2, max_tokens=30, stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "two [[sim tokens=8 itl_ms=10 drop_after=3]]"}]))
+    now = counts(sims)
+    assert sorted(a - b for a, b in zip(now, before, strict=True)) == [1, 2]  # cut, 2 more
+    bodies = [r["body"] for r in requests_seen(sims)]
+    first = next(b for b in bodies if not b.get("continue_final_message"))
+    job = chat.parse(first, settings.SimulatorSettings(),
+                     resume.uncut(directives.parse(chat.directive_texts(first))), None)
+    for i, outcome in enumerate(job.outcomes):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == i]
+        assert "".join(c.delta.content or "" for c in mine) == outcome.content
+        assert [c.delta.role for c in mine if c.delta.role] == ["assistant"]
+        assert [c.finish_reason for c in mine if c.finish_reason] == ["stop"]
+    assert len({c.id for c in chunks}) == 1 and len({c.created for c in chunks}) == 1
+    usage = chunks[-1].usage
+    assert usage is not None and not chunks[-1].choices
+    assert [c for c in chunks if c.usage is not None] == [chunks[-1]]
+    assert usage.prompt_tokens == len(job.prompts[0])
+    assert usage.completion_tokens == sum(len(o.tokens) for o in job.outcomes)
+
+
+def test_each_choice_of_an_n_completions_stream_is_continued(
+        env: tuple[str, list[str]]) -> None:
+    """n=3 with logprobs: each choice cut after 4 tokens is continued with what is left of
+    its budget (max_tokens 6), so each ends `length` after exactly 6 tokens; `text_offset`
+    runs on through each choice's own text, and the one usage counts all 18 tokens."""
+    gw, _ = env
+    r = httpx.post(gw + "/v1/completions", timeout=20, json={
+        "model": "demo", "prompt": "three [[sim tokens=10 drop_after=4]]", "n": 3,
+        "max_tokens": 6, "logprobs": 1, "stream": True,
+        "stream_options": {"include_usage": True}})
+    datas = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+    assert datas[-1] == "[DONE]" and datas.count("[DONE]") == 1 and '"error"' not in r.text
+    chunks = [orjson.loads(d) for d in datas[:-1]]
+    assert len({c["id"] for c in chunks}) == 1
+    for i in range(3):
+        mine = [c["choices"][0] for c in chunks if c["choices"] and c["choices"][0]["index"] == i]
+        tokens = [c for c in mine if c["logprobs"] and c["logprobs"]["tokens"]]
+        assert len(tokens) == 6
+        offsets = [c["logprobs"]["text_offset"][0] for c in tokens]
+        texts = [c["text"] for c in tokens]
+        assert offsets == [sum(len(t) for t in texts[:k]) for k in range(6)]
+        assert [c["finish_reason"] for c in mine if c["finish_reason"]] == ["length"]
+    usage = [c["usage"] for c in chunks if c.get("usage")]
+    assert len(usage) == 1 and usage[0]["completion_tokens"] == 18
+
+
 def test_openai_completions_stream_is_continued(env: tuple[str, list[str]]) -> None:
     gw, sims = env
     before = counts(sims)
@@ -161,11 +218,12 @@ def test_elastic_chat_stream_is_continued(env: tuple[str, list[str]]) -> None:
 
 def test_a_stream_no_worker_can_continue_ends_with_the_error_event(
         env: tuple[str, list[str]]) -> None:
-    """n=2 cannot be continued: the in-band error as before failover existed."""
+    """Choices of several prompts cannot be continued (each prompt's would need a request of
+    its own, their usage apart): the in-band error as before failover existed."""
     gw, _ = env
-    r = httpx.post(gw + "/v1/chat/completions", timeout=20, json={
-        "model": "demo", "stream": True, "n": 2, "max_tokens": 30,
-        "messages": [{"role": "user", "content": "x [[sim tokens=8 drop_after=3]]"}]})
+    r = httpx.post(gw + "/v1/completions", timeout=20, json={
+        "model": "demo", "stream": True, "max_tokens": 30,
+        "prompt": ["x [[sim tokens=8 drop_after=3]]", "y [[sim tokens=8 drop_after=3]]"]})
     events = [e for e in r.text.split("\n\n") if e]
     assert '"error"' in events[-2] and events[-1] == "data: [DONE]"
 

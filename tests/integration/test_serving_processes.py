@@ -4,6 +4,7 @@ healthy in both, metrics summed over both, and SIGTERM to the parent stopping ev
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -112,3 +113,70 @@ def test_workers_setting_and_flag() -> None:
     assert cli.parser().parse_args(["serve", "--workers", "2"]).workers == 2
     with pytest.raises(SystemExit):
         cli.parser().parse_args(["serve", "--workers", "0"])
+
+
+def health_and_gauges(url: str, times: int) -> tuple[set[int], set[str]]:
+    """/health statuses and `gateway_upstream_healthy` values, each on a new connection (the
+    kernel spreads new connections over the processes by their address hash)."""
+    statuses, gauges = set(), set()
+    for _ in range(times):
+        with httpx.Client(timeout=10) as client:
+            statuses.add(client.get(url + "/health").status_code)
+        with httpx.Client(timeout=10) as client:
+            gauges |= {line.rsplit(" ", 1)[1] for line in client.get(url + "/metrics").text
+                       .splitlines() if line.startswith("gateway_upstream_healthy{")}
+    return statuses, gauges
+
+
+def test_an_ejection_in_one_process_holds_in_every_process(tmp_path: Path) -> None:
+    """The sidecar topology with two serving processes: a request failing on the one upstream
+    (and its retries) ejects it in the process that served it; every process then answers
+    /health 503 and shows the gauge at 0, and all are ready again once the probe restores it
+    (SPEC.md: /health is 200 only while the default model has a healthy upstream)."""
+    sim, sim_url = procs.simulator(tmp_path, "--tokens", "3")
+    gw, url = procs.gateway(tmp_path, f"""
+server: {{workers: 2, retries: 2, health: {{eject_after: 3, backoff: 3, probe_interval: 0.5}}}}
+default_model: demo
+models: [{{name: demo, backend: vllm, upstreams: [{sim_url}]}}]
+""")
+    try:
+        deadline = time.monotonic() + 10  # both processes up and past their first probe
+        while health_and_gauges(url, 6) != ({200}, {"1.0"}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        bad = httpx.post(url + "/v1/chat/completions", timeout=10, json={
+            "model": "demo", "messages": [{"role": "user", "content": "x [[sim fail=503]]"}]})
+        assert bad.status_code == 503
+        assert health_and_gauges(url, 12) == ({503}, {"0.0"})
+        deadline = time.monotonic() + 8
+        while health_and_gauges(url, 1) != ({200}, {"1.0"}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert health_and_gauges(url, 12) == ({200}, {"1.0"})
+    finally:
+        gw.stop()
+        sim.stop()
+
+
+def test_a_managed_worker_that_exits_is_out_of_every_process_at_once(tmp_path: Path) -> None:
+    """The parent runs the managed worker and sees it exit; every serving process takes it out
+    of rotation then, not after its own probes fail (3 probes 5 s apart): /health is 503 in
+    all of them within a second, with no traffic to notice it (SPEC.md: /health is 200 only
+    while the default model has a healthy upstream)."""
+    gw, url = procs.gateway(tmp_path, """
+server: {workers: 2}
+default_model: demo
+models: [{name: demo, backend: vllm}]
+workers: [{kind: simulator, model: demo, restart: never}]
+""")
+    try:
+        sims = [p for p in procs.children_of(gw.pid)
+                if "simulator" in Path(f"/proc/{p}/cmdline").read_text()]
+        deadline = time.monotonic() + 10  # both processes have gated the worker in
+        while health_and_gauges(url, 6)[0] != {200} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.kill(sims[0], signal.SIGKILL)
+        deadline = time.monotonic() + 3
+        while health_and_gauges(url, 1)[0] != {503} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert health_and_gauges(url, 12)[0] == {503}
+    finally:
+        gw.stop()

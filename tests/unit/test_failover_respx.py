@@ -32,6 +32,7 @@ REST = (b'data: {"id":"d","object":"chat.completion.chunk","created":2,"model":"
 @pytest.mark.anyio
 async def test_chat_cut_after_first_byte_is_continued_on_the_other_worker() -> None:
     with respx.mock(assert_all_called=True) as r:
+        harness.healthy(r)  # the other worker passes its probe
         r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
             200, stream=harness.Broken([HEAD])))
         cont = r.post(f"{UP2}/v1/chat/completions").mock(return_value=httpx.Response(
@@ -52,6 +53,28 @@ async def test_chat_cut_after_first_byte_is_continued_on_the_other_worker() -> N
 
 
 @pytest.mark.anyio
+async def test_a_cut_after_every_choice_finished_asks_no_worker_for_more() -> None:
+    """The worker sent every choice's finish, then the connection broke before its usage and
+    `[DONE]`: the answer is whole, so no worker is asked to go on past its end (which would
+    append text after the finish); the stream ends as the client expects."""
+    done = HEAD + (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+                   b'"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}'
+                   b"\n\n")
+    with respx.mock(assert_all_called=False) as r:
+        harness.healthy(r)  # the other worker passes its probe
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=harness.Broken([done])))
+        other = r.post(f"{UP2}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, content=REST))
+        resp = await harness.call(r, {**harness.CHAT, "stream": True})
+    assert other.call_count == 0
+    chunks = [orjson.loads(e[6:]) for e in resp.text.split("\n\n") if e.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "Hello" and '"error"' not in resp.text
+    assert resp.text.endswith("data: [DONE]\n\n")
+
+
+@pytest.mark.anyio
 async def test_a_lone_worker_is_not_asked_to_continue_its_own_answer() -> None:
     """SPEC.md: a stream is continued on *another* worker. With one upstream the cut stream
     ends with the in-band error, as without failover: the failed worker may be dead, and one
@@ -60,6 +83,7 @@ async def test_a_lone_worker_is_not_asked_to_continue_its_own_answer() -> None:
         "default_model": "demo",
         "models": [{"name": "demo", "backend": "vllm", "upstreams": [UP1]}]})
     with respx.mock(assert_all_called=True) as r:
+        harness.healthy(r)  # the other worker passes its probe
         only = r.post(f"{UP1}/v1/chat/completions").mock(side_effect=lambda _: httpx.Response(
             200, stream=harness.Broken([HEAD])))
         resp = await harness.call(r, {**harness.CHAT, "stream": True}, cfg)
@@ -91,6 +115,7 @@ def test_each_backend_decides_what_it_can_continue() -> None:
 async def test_streams_breaking_after_the_first_byte_count_toward_ejection() -> None:
     cfg = harness.make_config(failover_attempts=0)
     with respx.mock(assert_all_called=True) as r:
+        harness.healthy(r)  # the other worker passes its probe
         harness.healthy(r)
         bad = r.post(f"{UP1}/v1/chat/completions").mock(side_effect=lambda _: httpx.Response(
             200, stream=harness.Broken([HEAD])))

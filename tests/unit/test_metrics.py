@@ -153,6 +153,7 @@ async def test_a_failover_is_counted_as_one_and_not_as_a_retry() -> None:
     stream continued elsewhere after it is a failover (its own counter), not also a retry."""
     from tests.unit.test_failover_respx import HEAD, REST
     with respx.mock(assert_all_called=True) as r:
+        harness.healthy(r)  # the other worker passes its probe
         r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
             200, stream=harness.Broken([HEAD])))
         r.post(f"{UP2}/v1/chat/completions").mock(return_value=httpx.Response(200, content=REST))
@@ -168,17 +169,20 @@ async def test_a_failover_is_counted_as_one_and_not_as_a_retry() -> None:
 
 @pytest.mark.anyio
 async def test_failovers_and_ejections_per_upstream() -> None:
-    """The routing code's calls, made directly: counters per upstream, health 1 -> 0 -> 1."""
+    """The routing code's calls, made directly: counters per upstream, health 1 -> 0 -> 1 as
+    the balancer ejects and restores the upstream."""
     with respx.mock(assert_all_called=False) as r:
         harness.healthy(r)
         s = Scraper(r)
+        ups = s.app.state.services.router.routes["demo"].upstreams
         async with s.app.router.lifespan_context(s.app), s.client:
             await asyncio.sleep(0.05)  # the first probe, at start
             b = await s.scrape()
             metrics.failover("demo", UP2)
-            metrics.ejected("demo", UP1)
+            while not ups.failed(UP1):  # ejected: the listener counts it
+                pass
             during = await s.scrape()
-            metrics.restored("demo", UP1)
+            ups.succeeded(UP1)  # restored
             after = await s.scrape()
     up = {"gen_ai_request_model": "demo"}
     assert value(b, "gateway_upstream_healthy", upstream=UP1, **up) == 1

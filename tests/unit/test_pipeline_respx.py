@@ -57,7 +57,8 @@ def make_config(**server: Any) -> config.Config:
 def healthy(router: respx.MockRouter) -> None:
     """Every worker passes its health probe: static upstreams are probed as the gateway starts,
     and /health counts none before its probe passed."""
-    router.get(path__regex=r"/(health|v2/health/ready)$").mock(return_value=httpx.Response(200))
+    router.get(path__regex=r"/(health|v2/health/ready|v1/models)$").mock(
+        return_value=httpx.Response(200))
 
 
 async def call(router: respx.MockRouter, body: dict[str, Any] | bytes,

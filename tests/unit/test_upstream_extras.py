@@ -57,7 +57,8 @@ def worker_answer(request: httpx.Request) -> httpx.Response:
 async def sent(backend: str, path: str, body: dict[str, Any]) -> tuple[httpx.Response,
                                                                        list[httpx.Request]]:
     with respx.mock(assert_all_called=False) as r:
-        r.get(host="worker", path="/health").mock(return_value=httpx.Response(200))  # its probe
+        r.get(host="worker", path__regex=r"^/(health|v1/models)$").mock(  # its probe
+            return_value=httpx.Response(200))
         ours = r.route(host="worker").mock(side_effect=worker_answer)
         other = r.route().mock(return_value=httpx.Response(599))
         resp = await call(r, body, cfg(backend), path=path)

@@ -364,3 +364,63 @@ def test_health_waits_for_the_first_probe_which_runs_at_once() -> None:
     assert live[-1] == 200 and set(live) <= {200, 503}
     ups = balancer.Upstreams(("http://a:1",))
     assert ups.healthy() == ["http://a:1"] and ups.in_rotation() == []  # pending: routed to
+
+
+class WithoutHealthRoute:
+    """An OpenAI-compatible server with no `/health` (OpenAI's API has none: a 404 there),
+    the simulator's answers otherwise."""
+
+    def __init__(self) -> None:
+        self.sim = build_app(SimulatorSettings())
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/health":
+            await Response(b"Not Found", 404)(scope, receive, send)
+            return
+        await self.sim(scope, receive, send)
+
+
+def test_an_openai_compatible_server_without_a_health_route_is_in_rotation() -> None:
+    """`backend: openai` is any OpenAI-compatible server (SPEC.md); its probe is `GET
+    /v1/models`, which the OpenAI API has (API reference, Models: List models), not `/health`,
+    which it lacks: a server without one is healthy and serves."""
+    cfg = config.Config.model_validate({
+        "server": {"health": {"probe_interval": 0.05}},
+        "models": [{"name": "m", "backend": "openai", "upstreams": ["http://w:1"]}]})
+
+    async def go() -> tuple[int, int]:
+        async with hosts.serve(cfg, {"w": WithoutHealthRoute()}) as gw:
+            for _ in range(100):  # past the first probe
+                if (await gw.get("/health")).status_code == 200:
+                    break
+                await asyncio.sleep(0.01)
+            ready = (await gw.get("/health")).status_code
+            answer = await gw.post("/v1/chat/completions", json={
+                "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            return ready, answer.status_code
+
+    assert asyncio.run(go()) == (200, 200)
+
+
+def test_an_overloaded_worker_is_tried_elsewhere_but_never_ejected() -> None:
+    """TGI answers an overloaded request 429 (router server.rs, InferError::Overloaded): the
+    request is retried on another worker, but a 4xx never counts toward ejection (SPEC.md;
+    Envoy's consecutive_5xx counts 5xx only), so the overloaded worker stays in rotation and
+    keeps being offered requests once it has room again."""
+    cfg = config.Config.model_validate({
+        "server": {"retries": 1, "health": {"eject_after": 1}},
+        "models": [{"name": "m", "backend": "tgi", "routing": "round_robin",
+                    "upstreams": ["http://busy:1", "http://ok:1"]}]})
+    busy = tgi_fake.app(overloaded=True)
+
+    async def go() -> tuple[list[int], str]:
+        async with hosts.serve(cfg, {"busy": busy, "ok": tgi_fake.app()}) as gw:
+            got = [(await gw.post("/generate", json={"inputs": "x"})).status_code
+                   for _ in range(6)]
+            return got, (await gw.get("/metrics")).text
+
+    statuses, text = asyncio.run(go())
+    assert statuses == [200] * 6
+    assert 'gateway_upstream_ejections_total{gen_ai_request_model="m",upstream="http://busy:1"} 0.0' \
+        in text
+    assert len(busy.state.requests) >= 3  # still offered requests: never out of rotation
