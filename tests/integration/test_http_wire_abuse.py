@@ -244,13 +244,19 @@ def test_client_closing_mid_stream_is_logged_and_others_are_served(gw: Gateway) 
     assert c.head().status == 200
     assert c.first_chunk().startswith(b"data: {")
     c.close()
+    mine = logged(gw, rid)
+    assert [r["outcome"] for r in mine] == ["client_closed"], mine
+
+
+def logged(gw: Gateway, rid: str) -> list[dict[str, object]]:
+    """The log lines of request `rid`, waited for (up to 5 s) once the server is idle."""
     served(gw)
     deadline = time.monotonic() + 5
     mine: list[dict[str, object]] = []
     while not mine and time.monotonic() < deadline:
         mine = [r for r in gw.log_records() if r.get("request_id") == rid]
         time.sleep(0.05)
-    assert [r["outcome"] for r in mine] == ["client_closed"], mine
+    return mine
 
 
 @pytest.mark.parametrize("path", [CHAT, "/invocations", "/generate", "/_inference/completion/demo"])
@@ -264,12 +270,7 @@ def test_client_closing_inside_its_body_is_logged_as_client_closed(gw: Gateway,
            + b'{"inputs": "hi"')
     time.sleep(0.2)  # the request is under way, waiting for the rest of its body
     c.close()
-    served(gw)
-    deadline = time.monotonic() + 5
-    mine: list[dict[str, object]] = []
-    while not mine and time.monotonic() < deadline:
-        mine = [r for r in gw.log_records() if r.get("request_id") == rid]
-        time.sleep(0.05)
+    mine = logged(gw, rid)
     assert [(r["outcome"], r["status"]) for r in mine] == [("client_closed", 0)], mine
 
 
