@@ -199,14 +199,14 @@ class OpenAIDecoder(decoder.FramedDecoder):
         text = m.get("content")
         if text or ids or lps:
             out.append(ev.TextDelta(i, text or "", ids, lps))
-        calls = m.get("tool_calls") or ()
-        if isinstance(calls, dict):  # TGI < 3.2 streams one call as an object (lib.rs
-            calls = (calls,)  # ToolCallDelta.tool_calls: DeltaToolCall, a Vec from v3.2.0)
-        for t in calls:
-            fn = t.get("function") or {}
-            index = t.get("index", 0) if delta is not None else len(out)
-            out.append(ev.ToolCallDelta(i, index, t.get("id"), fn.get("name"),
-                                        arguments(fn.get("arguments"))))
+        if calls := m.get("tool_calls"):
+            if isinstance(calls, dict):  # TGI < 3.2 streams one call as an object (lib.rs
+                calls = (calls,)  # ToolCallDelta.tool_calls: DeltaToolCall, a Vec from v3.2.0)
+            for t in calls:
+                fn = t.get("function") or {}
+                index = t.get("index", 0) if delta is not None else len(out)
+                out.append(ev.ToolCallDelta(i, index, t.get("id"), fn.get("name"),
+                                            arguments(fn.get("arguments"))))
         self._end(c, i, out)
 
     def _extras(self, m: dict[str, Any], i: int, out: list[ev.Event]) -> None:
