@@ -119,8 +119,8 @@ def _chat_grammar(v: dict[str, Any]) -> dict[str, Any]:
 
 
 _COMMON: dict[str, params.Rule] = {
-    "min_tokens": Refuse("TGI has no minimum length"),
-    "min_p": Refuse("TGI has no `min_p`"),
+    "min_tokens": Refuse("TGI has no minimum length", noop=0),
+    "min_p": Refuse("TGI has no `min_p`", noop=0.0),
     "stop": Translate(_stop),
     "stop_token_ids": Refuse("TGI stops on strings, not token ids"),
     "ignore_eos": Refuse("TGI's API cannot ignore the end of sequence", noop=False),

@@ -96,7 +96,7 @@ TRITON: dict[str, params.Rule] = {
     "temperature": Translate(_temperature),
     "top_p": Send("top_p"),
     "top_k": Translate(_top_k),
-    "min_p": Refuse("the ensemble has no `min_p` input"),
+    "min_p": Refuse("the ensemble has no `min_p` input", noop=0.0),
     "typical_p": Refuse("the ensemble has no `typical_p` input", noop=1.0),
     "repetition_penalty": Send("repetition_penalty"),
     "presence_penalty": Send("presence_penalty"),

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from adapters import base
+from adapters import base, registry
 from adapters.backends import openai as openai_backend
 from adapters.backends import trtllm, vllm
 from adapters.frontends import lmi, lmi_params
@@ -109,6 +109,34 @@ def test_refused_by_vllm_with_a_4xx_naming_them() -> None:
     for name, value in (("typical_p", 0.5), ("num_beams", 2)):
         with pytest.raises(errors.Unsupported, match=name):
             upstream(inputs(**{name: value}))
+
+
+# Seed 003 GenerationParameters at the defaults it documents (common, LMI-dist / vLLM and
+# TensorRT-LLM blocks): a client that writes them out asks for nothing.
+SEED_DEFAULTS: dict[str, Any] = {
+    "do_sample": False, "temperature": 1.0, "repetition_penalty": 1.0, "top_k": 0,
+    "top_p": 1.0, "max_new_tokens": 30, "details": False, "return_full_text": False,
+    "decoder_input_details": False, "typical_p": 1.0, "ignore_eos_token": False,
+    "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "n": 1, "best_of": 1,
+    "num_beams": 1, "length_penalty": 1.0, "early_stopping": False,
+    "include_stop_str_in_output": False, "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+}
+BACKENDS = ("vllm", "trtllm", "triton", "tgi", "openai")
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("name", [*SEED_DEFAULTS, "top_k=-1"])
+def test_a_parameter_at_its_seed_default_is_taken_by_every_worker(name: str, kind: str) -> None:
+    """Seed 003 GenerationParameters: `typical_p` (default 1.0), `num_beams` (1), `min_p`
+    (0.0), `top_k` (0; vLLM block -1) ... at their documented defaults decode as if absent, so
+    no worker refuses them, although a vLLM or plain OpenAI server has no `typical_p` /
+    `num_beams` field and TGI / Triton no `min_p` (a value that asks for something is still
+    refused: test_refused_by_vllm_with_a_4xx_naming_them)."""
+    key, _, value = name.partition("=")
+    params = {key: int(value) if value else SEED_DEFAULTS[key]}
+    req = parse(inputs(**params))
+    registry.backend(kind).check(req)
 
 
 @pytest.mark.parametrize(("params", "temperature"), [
