@@ -85,7 +85,7 @@ def inputs_request(data: dict[str, Any], tgi_compat: bool,
     stream = bool(raw.stream)
     dynamic = isinstance(raw.inputs, list)
     prompts = list(raw.inputs) if isinstance(raw.inputs, list) else [raw.inputs]
-    _check(prompts, dynamic, stream, p)
+    _check(prompts, stream, p)
     sampling = _sampling(p)
     multi = sampling.n > 1 or (p.best_of or 1) > 1 or (p.num_beams or 1) > 1
     # get_details_dict: `parameters.get("details", tgi_compat)`; the best_of body always has
@@ -126,17 +126,13 @@ def _known(params: Any) -> None:
                     "GenerationParameters or a vLLM sampling parameter)", field=f"parameters.{key}")
 
 
-def _check(prompts: list[str], dynamic: bool, stream: bool, p: wire.GenerationParameters) -> None:
+def _check(prompts: list[str], stream: bool, p: wire.GenerationParameters) -> None:
     """What LMI refuses before inference, each a 424 naming its field."""
     if not prompts or any(not s for s in prompts):
         # input_parser.py parse_lmi_default_request_rolling_batch: empty inputs are invalid.
         raise errors.InvalidRequest("`inputs` must not be empty", field="inputs")
     if not stream:
         return
-    if dynamic:
-        raise errors.InvalidRequest(
-            "`stream` is not available for a list of `inputs` (the dynamic-batch schema)",
-            field="stream")
     if p.decoder_input_details:
         # vLLM protocol.py: "`prompt_logprobs` are not available when `stream=True`".
         raise errors.InvalidRequest("`decoder_input_details` is not available when streaming",

@@ -239,7 +239,6 @@ def test_return_full_text_is_prepended_here_not_echoed_upstream() -> None:
     ({"inputs": "x", "stream": True, "parameters": {"n": 2}}, "parameters.n"),
     ({"inputs": "x", "stream": True, "parameters": {"decoder_input_details": True}},
      "parameters.decoder_input_details"),
-    ({"inputs": ["a"], "stream": True}, "stream"),
     ({"text": "x"}, "inputs"),
     ({"messages": []}, "messages"),
 ])
