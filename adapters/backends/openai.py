@@ -109,10 +109,16 @@ OPENAI_OPTIONS: dict[str, params.Rule] = {
 # OpenAI-compatible worker declares (openai api-reference, chat/create and completions/create).
 # Any other extra is dropped with a log line, never sent: a body's `api_key`, `api_base`,
 # `base_url`, `extra_headers` or `upstream_model` must not reach a worker (issue 12).
-OPENAI_EXTRAS: dict[str, params.Rule] = {name: Send() for name in (
-    "max_tokens", "suffix", "store", "metadata", "service_tier", "modalities", "prediction",
-    "audio", "web_search_options", "verbosity", "prompt_cache_key", "safety_identifier",
-)}
+OPENAI_EXTRAS: dict[str, params.Rule] = {
+    **{name: Send() for name in (
+        "max_tokens", "suffix", "store", "metadata", "service_tier", "modalities", "prediction",
+        "audio", "web_search_options", "verbosity", "prompt_cache_key", "safety_identifier",
+    )},
+    # vLLM's token bans, which a client asks for by name (LMI `bad_sequences`, seed 003): not
+    # OpenAI fields, and dropping them would change the answer unsaid (vLLM declares them).
+    **{name: Refuse("not an OpenAI API field", message=NOT_SUPPORTED)
+       for name in ("bad_words", "allowed_token_ids")},
+}
 OPENAI_EXTRA_FIELDS = frozenset(OPENAI_EXTRAS)
 
 

@@ -136,6 +136,10 @@ _COMMON: dict[str, params.Rule] = {
     "keep_stop": Own("TGI keeps the stop string; the decoder cuts it unless so"),
     "max_tokens_fit": Own("TGI's own default: as many tokens as fit (validation.rs)"),
     "suffix": Refuse("no insertion"),
+    # vLLM token bans a client asks for by name (LMI `bad_sequences`, vLLM `bad_words`,
+    # `allowed_token_ids`): dropped, they would change the answer unsaid.
+    "bad_words": Refuse("TGI has no banned words"),
+    "allowed_token_ids": Refuse("TGI cannot restrict the vocabulary"),
 }
 
 # canonical field -> GenerateParameters (lib.rs), for POST /generate[_stream].

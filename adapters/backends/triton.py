@@ -133,6 +133,8 @@ TRITON: dict[str, params.Rule] = {
     "include_stop_str_in_output": Own("the decoder keeps a matched stop string"),
     "suffix": Refuse("no insertion"),
     "structured_outputs": Translate(_structured_outputs),
+    # vLLM's vocabulary restriction: dropped, it would change the answer unsaid.
+    "allowed_token_ids": Refuse("the ensemble cannot restrict the vocabulary"),
     **{name: Send(name) for name in PASSTHROUGH},
 }
 # An extra with no rule: Triton would take it as a request parameter the ensemble ignores.

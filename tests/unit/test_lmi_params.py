@@ -139,6 +139,26 @@ def test_a_parameter_at_its_seed_default_is_taken_by_every_worker(name: str, kin
     registry.backend(kind).check(req)
 
 
+@pytest.mark.parametrize(("kind", "sent"), [
+    ("vllm", True), ("triton", True), ("trtllm", False), ("tgi", False), ("openai", False)])
+def test_banned_words_reach_the_worker_or_are_refused(kind: str, sent: bool) -> None:
+    """Seed 003 TensorRT-LLM block `bad_sequences` (vLLM SamplingParams `bad_words`; Triton's
+    ensemble input `bad_words`) bans words from the answer: a worker without it refuses it
+    with a 4xx naming it, never drops it (the answer would contain a banned word unsaid);
+    likewise vLLM's `allowed_token_ids`."""
+    for name, value in (("bad_sequences", ["Deep"]), ("allowed_token_ids", [1, 2])):
+        req = parse(inputs(**{name: value}))
+        backend = registry.backend(kind)
+        if not sent or name == "allowed_token_ids" and kind == "triton":
+            with pytest.raises(errors.Unsupported) as caught:
+                backend.check(req)
+            assert caught.value.field in ("bad_words", "allowed_token_ids")
+            continue
+        backend.check(req)
+        body = orjson.loads(backend.build(req, TARGET).body)
+        assert body[name.replace("bad_sequences", "bad_words")] == value
+
+
 @pytest.mark.parametrize(("params", "temperature"), [
     ({}, 0.0),  # greedy by default
     ({"do_sample": False, "temperature": 0.9}, 0.0),  # do_sample false forces greedy
