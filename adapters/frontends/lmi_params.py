@@ -4,8 +4,8 @@ The mapping follows DJL's vLLM rolling-batch handler (`vllm_rolling_batch.py
 translate_vllm_params`, v0.36.0): `max_new_tokens` -> max_tokens with a default of 30; greedy
 (temperature 0) unless sampling is asked for; `stop_sequences` -> stop; `ignore_eos_token` ->
 ignore_eos; `decoder_input_details` -> prompt_logprobs 1; `best_of` without `n` -> n = best_of;
-`top_n_tokens` -> logprobs. Renames are the tables below; the worker's backend refuses, with a
-4xx naming it, what its worker cannot do (typical_p, num_beams, token ids, ...).
+`top_n_tokens` -> logprobs; `num_beams` -> beam search with that many sequences. Renames are the tables below; the worker's backend refuses, with a
+4xx naming it, what its worker cannot do (typical_p, beams on TGI or Triton, token ids, ...).
 """
 
 from __future__ import annotations
@@ -152,8 +152,10 @@ def _sampling(p: wire.GenerationParameters) -> canonical.Sampling:
         stop=_stop(p),
         stop_token_ids=list(p.stop_token_ids or []),
         # vllm_rolling_batch.py: "if n is not explicitly set when best_of is set, we return
-        # `best_of` values sequences for tgi compatibility".
-        n=p.n if p.n is not None else (p.best_of or 1),
+        # `best_of` values sequences for tgi compatibility"; num_beams is best_of with beam
+        # search there, so every beam comes back (seed 003 BestOfSequence: "also returned
+        # when beam search is enabled with the option num_beams > 1").
+        n=p.n if p.n is not None else (p.best_of or p.num_beams or 1),
     )
     for name, attr in SAMPLING.items():
         if (value := getattr(p, name)) is not None:

@@ -202,6 +202,17 @@ def test_dynamic_batch(urls: tuple[str, str]) -> None:
     assert len(r.json()) == 2
 
 
+def test_num_beams_returns_every_beam(urls: tuple[str, str]) -> None:
+    """Seed 003 BestOfSequence: "also returned when beam search is enabled with the option
+    num_beams > 1" (vLLM block: "Greedy (Default), Sampling, and Beam search")."""
+    r = post(urls, {"inputs": PROMPT, "parameters": {"num_beams": 2, "max_new_tokens": 2}})
+    assert r.status_code == 200
+    d = r.json()["details"]
+    assert list(d)[0] == "inputs" and len(d["best_of_sequences"]) == 1
+    sent = upstream(urls)["body"]
+    assert (sent["use_beam_search"], sent["n"]) == (True, 2)
+
+
 def test_dynamic_batch_stream(urls: tuple[str, str]) -> None:
     """Seed 003 Dynamic Batch, streaming: `{"outputs": [...]}` JSON lines, one text per input
     at each step (DJL outputs.py `_default_stream_output_formatter`), whose texts join into

@@ -105,10 +105,25 @@ def test_every_parameter_reaches_its_vllm_field(name: str, value: Any, field: st
 
 
 def test_refused_by_vllm_with_a_4xx_naming_them() -> None:
-    """typical_p (LMI-dist) and num_beams have no vLLM OpenAI field: the backend refuses."""
-    for name, value in (("typical_p", 0.5), ("num_beams", 2)):
-        with pytest.raises(errors.Unsupported, match=name):
-            upstream(inputs(**{name: value}))
+    """typical_p (LMI-dist) has no vLLM OpenAI field: the backend refuses."""
+    with pytest.raises(errors.Unsupported, match="typical_p"):
+        upstream(inputs(typical_p=0.5))
+
+
+def test_num_beams_is_vllm_beam_search_returning_every_beam() -> None:
+    """Seed 003: vLLM decodes "Greedy (Default), Sampling, and Beam search"; `num_beams` > 1
+    enables it and its beams come back as best_of_sequences. DJL's vLLM handler turns it into
+    best_of with beam search (translate_vllm_params), best_of without n giving n; vLLM's
+    OpenAI server takes `use_beam_search` with the beam width in `n` (protocol.py
+    to_beam_search_params)."""
+    t = translate(inputs(num_beams=3, max_new_tokens=4))
+    assert t.state.multi and t.request.sampling.n == 3
+    sent = upstream(inputs(num_beams=3, max_new_tokens=4))
+    assert (sent["use_beam_search"], sent["n"]) == (True, 3)
+    assert "use_beam_search" not in upstream(inputs(num_beams=1))
+    for kind in ("tgi", "triton"):  # no beams there: a 4xx naming the field
+        with pytest.raises(errors.Unsupported):
+            registry.backend(kind).check(parse(inputs(num_beams=2)))
 
 
 # Seed 003 GenerationParameters at the defaults it documents (common, LMI-dist / vLLM and
