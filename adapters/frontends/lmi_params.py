@@ -54,6 +54,22 @@ EXTRA: dict[str, str] = {
 }
 
 
+# A worker's refusal names the canonical (or vLLM) field; the GenerationParameters a client
+# may have set it with, first match wins, so that the 424 names what the client wrote.
+CLIENT_NAMES: dict[str, tuple[str, ...]] = {
+    "max_tokens": ("max_new_tokens",),
+    "ignore_eos": ("ignore_eos_token",),
+    "min_tokens": ("min_length", "min_tokens"),
+    "stop": ("stop_sequences", "stop"),
+    "keep_stop": ("include_stop_str_in_output",),
+    "n": ("n", "best_of", "num_beams"),
+    "prompt_logprobs": ("decoder_input_details", "prompt_logprobs"),
+    "logprobs": ("top_n_tokens", "logprobs"),
+    "top_logprobs": ("top_n_tokens", "logprobs"),
+    "bad_words": ("bad_sequences", "bad_words"),
+}
+
+
 @dataclass(slots=True, frozen=True)
 class LmiState:
     """Which LMI schema and framing a request uses; kept by its translator (lmi.LmiTranslator)."""
@@ -69,6 +85,14 @@ class LmiState:
     full_text: bool = False  # return_full_text: the input is prepended to generated_text
     prompts: tuple[str, ...] = ()  # the inputs, for details.inputs and return_full_text
     n: int = 1  # choices per prompt
+    params: frozenset[str] = frozenset()  # the GenerationParameters the client set
+
+    def client_field(self, field: str) -> str | None:
+        """`parameters.<name>` for a canonical field the client set under that name."""
+        for name in CLIENT_NAMES.get(field, (field,)):
+            if name in self.params:
+                return f"parameters.{name}"
+        return None
 
     def prefix(self, choice: int) -> str:
         """What goes before a choice's generated_text (output_formatter get_generated_text)."""
@@ -107,7 +131,8 @@ def inputs_request(data: dict[str, Any], tgi_compat: bool,
         tgi_compat=tgi_compat, details=details,
         prefill=details and bool(p.decoder_input_details),
         top_n_tokens=top_n if details else 0, multi=multi,
-        full_text=bool(p.return_full_text), prompts=tuple(prompts), n=sampling.n)
+        full_text=bool(p.return_full_text), prompts=tuple(prompts), n=sampling.n,
+        params=frozenset(p.model_fields_set))
     for name, key in EXTRA.items():
         if (value := getattr(p, name)) is not None:
             req.extra[key] = value

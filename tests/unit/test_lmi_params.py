@@ -174,6 +174,31 @@ def test_banned_words_reach_the_worker_or_are_refused(kind: str, sent: bool) -> 
         assert body[name.replace("bad_sequences", "bad_words")] == value
 
 
+@pytest.mark.parametrize(("kind", "params", "named"), [
+    ("tgi", {"ignore_eos_token": True}, "parameters.ignore_eos_token"),
+    ("tgi", {"min_length": 3}, "parameters.min_length"),
+    ("openai", {"bad_sequences": ["x"]}, "parameters.bad_sequences"),
+    ("triton", {"details": True, "decoder_input_details": True},
+     "parameters.decoder_input_details"),
+    ("vllm", {"typical_p": 0.5}, "parameters.typical_p"),
+    ("dynamic", {"typical_p": 0.5}, "parameters.typical_p"),
+])
+def test_a_refused_parameter_is_named_as_the_client_wrote_it(kind: str, params: dict[str, Any],
+                                                             named: str) -> None:
+    """Seed 003's parameter names differ from the worker fields they become (ignore_eos_token
+    -> ignore_eos, min_length -> min_tokens, bad_sequences -> bad_words, decoder_input_details
+    -> prompt_logprobs): the 424 a worker's refusal gives names the parameter the client sent,
+    in both LMI error bodies (seed 003 Error Responses)."""
+    body = inputs(**params)
+    if kind == "dynamic":
+        body, kind = {**body, "inputs": ["a", "b"]}, "vllm"
+    t = translate(body)
+    with pytest.raises(errors.Unsupported) as caught:
+        registry.backend(kind).check(t.request)
+    r = t.render_error(caught.value)
+    assert r.status == 424 and f"`{named}`" in orjson.loads(r.body)["error"]
+
+
 @pytest.mark.parametrize(("params", "temperature"), [
     ({}, 0.0),  # greedy by default
     ({"do_sample": False, "temperature": 0.9}, 0.0),  # do_sample false forces greedy
