@@ -23,8 +23,36 @@ from schemas import canonical, errors
 NOT_SUPPORTED = "`{name}` is not supported by this model's worker"
 
 
+# The value of a field that asks for nothing beyond a worker's default decoding: taken
+# silently by a worker that has no such field. LMI clients send them as seed 003 documents
+# the defaults (GenerationParameters: typical_p 1.0, num_beams 1, best_of 1, length_penalty
+# 1.0, repetition_penalty 1.0, min_p 0.0, ignore_eos_token false, skip_special_tokens true).
+NEUTRAL: dict[str, object] = {
+    "typical_p": 1.0, "num_beams": 1, "best_of": 1, "length_penalty": 1.0,
+    "repetition_penalty": 1.0, "min_p": 0.0, "min_tokens": 0, "ignore_eos": False,
+    "skip_special_tokens": True,
+}
+
+
+def _top_k(v: int) -> dict[str, Any]:
+    """vLLM's and LMI's "off" values, -1 and 0 (seed 003: default 0, vLLM block -1), ask
+    nothing; any other is refused as a field this API does not have."""
+    if v > 0:
+        raise errors.Unsupported(NOT_SUPPORTED.format(name="top_k"), field="top_k")
+    return {}
+
+
 def unsupported(*names: str) -> dict[str, params.Rule]:
-    return {name: Refuse("not an OpenAI API field", message=NOT_SUPPORTED) for name in names}
+    out: dict[str, params.Rule] = {}
+    for name in names:
+        if name == "top_k":
+            out[name] = Translate(_top_k)
+        elif name in NEUTRAL:
+            out[name] = Refuse("not an OpenAI API field", noop=NEUTRAL[name],
+                               message=NOT_SUPPORTED)
+        else:
+            out[name] = Refuse("not an OpenAI API field", message=NOT_SUPPORTED)
+    return out
 
 
 # canonical Sampling field -> OpenAI request field (openai api-reference, chat/create).
@@ -81,10 +109,16 @@ OPENAI_OPTIONS: dict[str, params.Rule] = {
 # OpenAI-compatible worker declares (openai api-reference, chat/create and completions/create).
 # Any other extra is dropped with a log line, never sent: a body's `api_key`, `api_base`,
 # `base_url`, `extra_headers` or `upstream_model` must not reach a worker (issue 12).
-OPENAI_EXTRAS: dict[str, params.Rule] = {name: Send() for name in (
-    "max_tokens", "suffix", "store", "metadata", "service_tier", "modalities", "prediction",
-    "audio", "web_search_options", "verbosity", "prompt_cache_key", "safety_identifier",
-)}
+OPENAI_EXTRAS: dict[str, params.Rule] = {
+    **{name: Send() for name in (
+        "max_tokens", "suffix", "store", "metadata", "service_tier", "modalities", "prediction",
+        "audio", "web_search_options", "verbosity", "prompt_cache_key", "safety_identifier",
+    )},
+    # vLLM's token bans, which a client asks for by name (LMI `bad_sequences`, seed 003): not
+    # OpenAI fields, and dropping them would change the answer unsaid (vLLM declares them).
+    **{name: Refuse("not an OpenAI API field", message=NOT_SUPPORTED)
+       for name in ("bad_words", "allowed_token_ids")},
+}
 OPENAI_EXTRA_FIELDS = frozenset(OPENAI_EXTRAS)
 
 

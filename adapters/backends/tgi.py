@@ -119,8 +119,8 @@ def _chat_grammar(v: dict[str, Any]) -> dict[str, Any]:
 
 
 _COMMON: dict[str, params.Rule] = {
-    "min_tokens": Refuse("TGI has no minimum length"),
-    "min_p": Refuse("TGI has no `min_p`"),
+    "min_tokens": Refuse("TGI has no minimum length", noop=0),
+    "min_p": Refuse("TGI has no `min_p`", noop=0.0),
     "stop": Translate(_stop),
     "stop_token_ids": Refuse("TGI stops on strings, not token ids"),
     "ignore_eos": Refuse("TGI's API cannot ignore the end of sequence", noop=False),
@@ -136,6 +136,10 @@ _COMMON: dict[str, params.Rule] = {
     "keep_stop": Own("TGI keeps the stop string; the decoder cuts it unless so"),
     "max_tokens_fit": Own("TGI's own default: as many tokens as fit (validation.rs)"),
     "suffix": Refuse("no insertion"),
+    # vLLM token bans a client asks for by name (LMI `bad_sequences`, vLLM `bad_words`,
+    # `allowed_token_ids`): dropped, they would change the answer unsaid.
+    "bad_words": Refuse("TGI has no banned words"),
+    "allowed_token_ids": Refuse("TGI cannot restrict the vocabulary"),
 }
 
 # canonical field -> GenerateParameters (lib.rs), for POST /generate[_stream].

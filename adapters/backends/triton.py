@@ -96,7 +96,7 @@ TRITON: dict[str, params.Rule] = {
     "temperature": Translate(_temperature),
     "top_p": Send("top_p"),
     "top_k": Translate(_top_k),
-    "min_p": Refuse("the ensemble has no `min_p` input"),
+    "min_p": Refuse("the ensemble has no `min_p` input", noop=0.0),
     "typical_p": Refuse("the ensemble has no `typical_p` input", noop=1.0),
     "repetition_penalty": Send("repetition_penalty"),
     "presence_penalty": Send("presence_penalty"),
@@ -133,6 +133,8 @@ TRITON: dict[str, params.Rule] = {
     "include_stop_str_in_output": Own("the decoder keeps a matched stop string"),
     "suffix": Refuse("no insertion"),
     "structured_outputs": Translate(_structured_outputs),
+    # vLLM's vocabulary restriction: dropped, it would change the answer unsaid.
+    "allowed_token_ids": Refuse("the ensemble cannot restrict the vocabulary"),
     **{name: Send(name) for name in PASSTHROUGH},
 }
 # An extra with no rule: Triton would take it as a request parameter the ensemble ignores.

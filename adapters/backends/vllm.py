@@ -29,6 +29,9 @@ VLLM_SAMPLING: dict[str, params.Rule] = {
     "stop_token_ids": Send("stop_token_ids"),
     "ignore_eos": Send("ignore_eos"),
     "best_of": Send("best_of"),
+    # protocol.py `use_beam_search`: the beam width is `n` (to_beam_search_params), which
+    # the client protocol sets to the beam count (LMI: num_beams -> n, seed 003).
+    "num_beams": Translate(lambda v: {"use_beam_search": True}, noop=1),
     "skip_special_tokens": Send("skip_special_tokens"),
     "truncate": Send("truncate_prompt_tokens"),
 }

@@ -34,6 +34,8 @@ class LmiTranslator:
             return lmi_encode.ChatStreamEncoder(self.request, meta, self.state.sse)
         if self.state.schema == "completion":
             return lmi_encode.CompletionStreamEncoder(self.request, meta)
+        if self.state.schema == "dynamic":
+            return lmi_encode.DynamicStreamEncoder(self.state)
         return lmi_encode.RollingStreamEncoder(self.state)
 
     def render(self, done: canonical.Completion, meta: base.ResponseMeta) -> base.Rendered:

@@ -1,4 +1,5 @@
-"""LMI streams: rolling-batch token lines, chat.completion.chunk lines, SageMaker completion SSE.
+"""LMI streams: rolling-batch token lines, dynamic-batch `outputs` lines, chat.completion.chunk
+lines, SageMaker completion SSE.
 
 Byte sources: DJL Serving v0.36.0 `output_formatter.py` — `_jsonlines_output_formatter` (one
 `{"token": {...}}` line per token, the last adding generated_text and details),
@@ -15,6 +16,7 @@ A Finish in a read of its own ends with DJL's stand-in token (id -1, empty text)
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, assert_never
@@ -139,6 +141,63 @@ class RollingStreamEncoder(_Framed):
 
     def finish(self) -> bytes:
         return self._end(None)
+
+
+class DynamicStreamEncoder(_Framed):
+    """Seed 003 dynamic-batch stream: `{"outputs": [...]}` lines, one text per input.
+
+    DJL's generic streaming (streaming_utils.py `_hf_model_stream_generator`, outputs.py
+    `_default_stream_output_formatter`: `json.dumps({"outputs": token_texts}) + "\\n"`) yields,
+    at each decoding step, the new token's text of every input of the batch. The worker streams
+    each input's tokens on their own, so a line is written once every input still generating
+    has its next text; an input that has finished gives "" from then on."""
+
+    def __init__(self, st: LmiState):
+        super().__init__(st.sse)
+        # return_full_text: each input's text starts with its prompt, as in the whole answer
+        self._pending: list[deque[str]] = [deque([p] if st.full_text else ())
+                                           for p in st.prompts]
+        self._open = [True] * len(st.prompts)
+
+    def encode(self, e: ev.Event) -> bytes:
+        match e:
+            case ev.TextDelta():
+                if e.text and e.choice < len(self._pending):
+                    self._pending[e.choice].append(e.text)
+                return self._due()
+            case ev.Finish():
+                if e.choice < len(self._open):
+                    self._open[e.choice] = False
+                return self._due()
+            case ev.Role() | ev.ReasoningDelta() | ev.ToolCallDelta() | ev.Usage() | \
+                    ev.PromptInfo():
+                return b""
+            case _:
+                assert_never(e)
+
+    def _step(self) -> bytes:
+        texts = [q.popleft() if q else "" for q in self._pending]
+        return self._line(json.dumps({"outputs": texts}).encode())
+
+    def _due(self, end: bool = False) -> bytes:
+        """The steps every open input has a text for (at the end: every step left)."""
+        out = b""
+        while any(self._pending) and (end or all(
+                q or not live for q, live in zip(self._pending, self._open))):
+            out += self._step()
+        return out
+
+    def flush(self) -> bytes:
+        return b""
+
+    def fail(self, exc: errors.GatewayError) -> bytes:
+        """Seed 003 dynamic-batch error body (`Output.error`), as the last line."""
+        return self._due(end=True) + self._line(json.dumps(
+            {"code": render.error_status(exc), "message": "invoke handler failure",
+             "error": exc.message}).encode())
+
+    def finish(self) -> bytes:
+        return self._due(end=True)
 
 
 class ChatStreamEncoder(_Framed):

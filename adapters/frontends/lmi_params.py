@@ -4,8 +4,8 @@ The mapping follows DJL's vLLM rolling-batch handler (`vllm_rolling_batch.py
 translate_vllm_params`, v0.36.0): `max_new_tokens` -> max_tokens with a default of 30; greedy
 (temperature 0) unless sampling is asked for; `stop_sequences` -> stop; `ignore_eos_token` ->
 ignore_eos; `decoder_input_details` -> prompt_logprobs 1; `best_of` without `n` -> n = best_of;
-`top_n_tokens` -> logprobs. Renames are the tables below; the worker's backend refuses, with a
-4xx naming it, what its worker cannot do (typical_p, num_beams, token ids, ...).
+`top_n_tokens` -> logprobs; `num_beams` -> beam search with that many sequences. Renames are the tables below; the worker's backend refuses, with a
+4xx naming it, what its worker cannot do (typical_p, beams on TGI or Triton, token ids, ...).
 """
 
 from __future__ import annotations
@@ -54,6 +54,22 @@ EXTRA: dict[str, str] = {
 }
 
 
+# A worker's refusal names the canonical (or vLLM) field; the GenerationParameters a client
+# may have set it with, first match wins, so that the 424 names what the client wrote.
+CLIENT_NAMES: dict[str, tuple[str, ...]] = {
+    "max_tokens": ("max_new_tokens",),
+    "ignore_eos": ("ignore_eos_token",),
+    "min_tokens": ("min_length", "min_tokens"),
+    "stop": ("stop_sequences", "stop"),
+    "keep_stop": ("include_stop_str_in_output",),
+    "n": ("n", "best_of", "num_beams"),
+    "prompt_logprobs": ("decoder_input_details", "prompt_logprobs"),
+    "logprobs": ("top_n_tokens", "logprobs"),
+    "top_logprobs": ("top_n_tokens", "logprobs"),
+    "bad_words": ("bad_sequences", "bad_words"),
+}
+
+
 @dataclass(slots=True, frozen=True)
 class LmiState:
     """Which LMI schema and framing a request uses; kept by its translator (lmi.LmiTranslator)."""
@@ -69,6 +85,14 @@ class LmiState:
     full_text: bool = False  # return_full_text: the input is prepended to generated_text
     prompts: tuple[str, ...] = ()  # the inputs, for details.inputs and return_full_text
     n: int = 1  # choices per prompt
+    params: frozenset[str] = frozenset()  # the GenerationParameters the client set
+
+    def client_field(self, field: str) -> str | None:
+        """`parameters.<name>` for a canonical field the client set under that name."""
+        for name in CLIENT_NAMES.get(field, (field,)):
+            if name in self.params:
+                return f"parameters.{name}"
+        return None
 
     def prefix(self, choice: int) -> str:
         """What goes before a choice's generated_text (output_formatter get_generated_text)."""
@@ -85,7 +109,7 @@ def inputs_request(data: dict[str, Any], tgi_compat: bool,
     stream = bool(raw.stream)
     dynamic = isinstance(raw.inputs, list)
     prompts = list(raw.inputs) if isinstance(raw.inputs, list) else [raw.inputs]
-    _check(prompts, dynamic, stream, p)
+    _check(prompts, stream, p)
     sampling = _sampling(p)
     multi = sampling.n > 1 or (p.best_of or 1) > 1 or (p.num_beams or 1) > 1
     # get_details_dict: `parameters.get("details", tgi_compat)`; the best_of body always has
@@ -107,7 +131,8 @@ def inputs_request(data: dict[str, Any], tgi_compat: bool,
         tgi_compat=tgi_compat, details=details,
         prefill=details and bool(p.decoder_input_details),
         top_n_tokens=top_n if details else 0, multi=multi,
-        full_text=bool(p.return_full_text), prompts=tuple(prompts), n=sampling.n)
+        full_text=bool(p.return_full_text), prompts=tuple(prompts), n=sampling.n,
+        params=frozenset(p.model_fields_set))
     for name, key in EXTRA.items():
         if (value := getattr(p, name)) is not None:
             req.extra[key] = value
@@ -126,17 +151,13 @@ def _known(params: Any) -> None:
                     "GenerationParameters or a vLLM sampling parameter)", field=f"parameters.{key}")
 
 
-def _check(prompts: list[str], dynamic: bool, stream: bool, p: wire.GenerationParameters) -> None:
+def _check(prompts: list[str], stream: bool, p: wire.GenerationParameters) -> None:
     """What LMI refuses before inference, each a 424 naming its field."""
     if not prompts or any(not s for s in prompts):
         # input_parser.py parse_lmi_default_request_rolling_batch: empty inputs are invalid.
         raise errors.InvalidRequest("`inputs` must not be empty", field="inputs")
     if not stream:
         return
-    if dynamic:
-        raise errors.InvalidRequest(
-            "`stream` is not available for a list of `inputs` (the dynamic-batch schema)",
-            field="stream")
     if p.decoder_input_details:
         # vLLM protocol.py: "`prompt_logprobs` are not available when `stream=True`".
         raise errors.InvalidRequest("`decoder_input_details` is not available when streaming",
@@ -156,8 +177,10 @@ def _sampling(p: wire.GenerationParameters) -> canonical.Sampling:
         stop=_stop(p),
         stop_token_ids=list(p.stop_token_ids or []),
         # vllm_rolling_batch.py: "if n is not explicitly set when best_of is set, we return
-        # `best_of` values sequences for tgi compatibility".
-        n=p.n if p.n is not None else (p.best_of or 1),
+        # `best_of` values sequences for tgi compatibility"; num_beams is best_of with beam
+        # search there, so every beam comes back (seed 003 BestOfSequence: "also returned
+        # when beam search is enabled with the option num_beams > 1").
+        n=p.n if p.n is not None else (p.best_of or p.num_beams or 1),
     )
     for name, attr in SAMPLING.items():
         if (value := getattr(p, name)) is not None:

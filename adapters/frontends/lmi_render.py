@@ -242,9 +242,14 @@ def render_error(exc: errors.GatewayError, st: LmiState | None) -> base.Rendered
     line of a stream that fails after its first token (lmi_encode)."""
     status = error_status(exc)
     headers = {"retry-after": str(exc.retry_after)} if isinstance(exc, errors.Overloaded) else {}
+    message = exc.message
+    if isinstance(exc, errors.Unsupported) and exc.field and st is not None:
+        # a worker's refusal names its own field: say which parameter the client wrote
+        if (name := st.client_field(exc.field)) is not None:
+            message = message.replace(f"`{exc.field}`", f"`{name}`", 1)
     if st is not None and st.schema == "dynamic":
         body = lmi_json.pretty_compact(
-            {"code": status, "message": "invoke handler failure", "error": exc.message})
+            {"code": status, "message": "invoke handler failure", "error": message})
     else:
-        body = lmi_json.gson_error(exc.message, status)
+        body = lmi_json.gson_error(message, status)
     return base.Rendered(status, body, headers=headers)

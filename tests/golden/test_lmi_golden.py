@@ -106,7 +106,7 @@ def test_every_lmi_case_is_present() -> None:
     assert {"rolling_whole", "rolling_stream_details", "rolling_stream_sse", "tgi_whole",
             "tgi_stream", "rolling_stream_error", "tgi_stream_error",
             "rolling_whole_generation_error", "rolling_invalid_parameter", "dynamic_whole",
-            "dynamic_stream_refused", "chat_whole", "chat_stream", "chat_stream_sse",
+            "dynamic_stream", "dynamic_stream_error", "chat_whole", "chat_stream", "chat_stream_sse",
             "chat_stream_error", "completion_whole", "completion_stream", "worker_down",
             "completion_stream_error"} <= names
 

@@ -202,6 +202,32 @@ def test_dynamic_batch(urls: tuple[str, str]) -> None:
     assert len(r.json()) == 2
 
 
+def test_num_beams_returns_every_beam(urls: tuple[str, str]) -> None:
+    """Seed 003 BestOfSequence: "also returned when beam search is enabled with the option
+    num_beams > 1" (vLLM block: "Greedy (Default), Sampling, and Beam search")."""
+    r = post(urls, {"inputs": PROMPT, "parameters": {"num_beams": 2, "max_new_tokens": 2}})
+    assert r.status_code == 200
+    d = r.json()["details"]
+    assert list(d)[0] == "inputs" and len(d["best_of_sequences"]) == 1
+    sent = upstream(urls)["body"]
+    assert (sent["use_beam_search"], sent["n"]) == (True, 2)
+
+
+def test_dynamic_batch_stream(urls: tuple[str, str]) -> None:
+    """Seed 003 Dynamic Batch, streaming: `{"outputs": [...]}` JSON lines, one text per input
+    at each step (DJL outputs.py `_default_stream_output_formatter`), whose texts join into
+    the whole answer's `generated_text` of each input."""
+    body = {"inputs": [PROMPT, "Hi"], "parameters": {"max_new_tokens": 3}}
+    r = post(urls, {**body, "stream": True})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/jsonlines"
+    rows = [orjson.loads(x)["outputs"] for x in r.text.splitlines()]
+    assert len(rows) == 3 and all(len(row) == 2 for row in rows)
+    sent = upstream(urls)["body"]
+    assert sent["prompt"] == [PROMPT, "Hi"] and sent["stream"] is True
+    whole = post(urls, body).json()
+    assert ["".join(col) for col in zip(*rows)] == [w["generated_text"] for w in whole]
+
+
 @pytest.mark.parametrize("model", ["plain", "trt"])
 def test_other_worker_kinds(urls: tuple[str, str], model: str) -> None:
     ok = post(urls, {"inputs": PROMPT, "parameters": {"max_new_tokens": 3}},

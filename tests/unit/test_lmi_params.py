@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from adapters import base
+from adapters import base, registry
 from adapters.backends import openai as openai_backend
 from adapters.backends import trtllm, vllm
 from adapters.frontends import lmi, lmi_params
@@ -105,10 +105,98 @@ def test_every_parameter_reaches_its_vllm_field(name: str, value: Any, field: st
 
 
 def test_refused_by_vllm_with_a_4xx_naming_them() -> None:
-    """typical_p (LMI-dist) and num_beams have no vLLM OpenAI field: the backend refuses."""
-    for name, value in (("typical_p", 0.5), ("num_beams", 2)):
-        with pytest.raises(errors.Unsupported, match=name):
-            upstream(inputs(**{name: value}))
+    """typical_p (LMI-dist) has no vLLM OpenAI field: the backend refuses."""
+    with pytest.raises(errors.Unsupported, match="typical_p"):
+        upstream(inputs(typical_p=0.5))
+
+
+def test_num_beams_is_vllm_beam_search_returning_every_beam() -> None:
+    """Seed 003: vLLM decodes "Greedy (Default), Sampling, and Beam search"; `num_beams` > 1
+    enables it and its beams come back as best_of_sequences. DJL's vLLM handler turns it into
+    best_of with beam search (translate_vllm_params), best_of without n giving n; vLLM's
+    OpenAI server takes `use_beam_search` with the beam width in `n` (protocol.py
+    to_beam_search_params)."""
+    t = translate(inputs(num_beams=3, max_new_tokens=4))
+    assert t.state.multi and t.request.sampling.n == 3
+    sent = upstream(inputs(num_beams=3, max_new_tokens=4))
+    assert (sent["use_beam_search"], sent["n"]) == (True, 3)
+    assert "use_beam_search" not in upstream(inputs(num_beams=1))
+    for kind in ("tgi", "triton"):  # no beams there: a 4xx naming the field
+        with pytest.raises(errors.Unsupported):
+            registry.backend(kind).check(parse(inputs(num_beams=2)))
+
+
+# Seed 003 GenerationParameters at the defaults it documents (common, LMI-dist / vLLM and
+# TensorRT-LLM blocks): a client that writes them out asks for nothing.
+SEED_DEFAULTS: dict[str, Any] = {
+    "do_sample": False, "temperature": 1.0, "repetition_penalty": 1.0, "top_k": 0,
+    "top_p": 1.0, "max_new_tokens": 30, "details": False, "return_full_text": False,
+    "decoder_input_details": False, "typical_p": 1.0, "ignore_eos_token": False,
+    "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "n": 1, "best_of": 1,
+    "num_beams": 1, "length_penalty": 1.0, "early_stopping": False,
+    "include_stop_str_in_output": False, "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+}
+BACKENDS = ("vllm", "trtllm", "triton", "tgi", "openai")
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("name", [*SEED_DEFAULTS, "top_k=-1"])
+def test_a_parameter_at_its_seed_default_is_taken_by_every_worker(name: str, kind: str) -> None:
+    """Seed 003 GenerationParameters: `typical_p` (default 1.0), `num_beams` (1), `min_p`
+    (0.0), `top_k` (0; vLLM block -1) ... at their documented defaults decode as if absent, so
+    no worker refuses them, although a vLLM or plain OpenAI server has no `typical_p` /
+    `num_beams` field and TGI / Triton no `min_p` (a value that asks for something is still
+    refused: test_refused_by_vllm_with_a_4xx_naming_them)."""
+    key, _, value = name.partition("=")
+    params = {key: int(value) if value else SEED_DEFAULTS[key]}
+    req = parse(inputs(**params))
+    registry.backend(kind).check(req)
+
+
+@pytest.mark.parametrize(("kind", "sent"), [
+    ("vllm", True), ("triton", True), ("trtllm", False), ("tgi", False), ("openai", False)])
+def test_banned_words_reach_the_worker_or_are_refused(kind: str, sent: bool) -> None:
+    """Seed 003 TensorRT-LLM block `bad_sequences` (vLLM SamplingParams `bad_words`; Triton's
+    ensemble input `bad_words`) bans words from the answer: a worker without it refuses it
+    with a 4xx naming it, never drops it (the answer would contain a banned word unsaid);
+    likewise vLLM's `allowed_token_ids`."""
+    for name, value in (("bad_sequences", ["Deep"]), ("allowed_token_ids", [1, 2])):
+        req = parse(inputs(**{name: value}))
+        backend = registry.backend(kind)
+        if not sent or name == "allowed_token_ids" and kind == "triton":
+            with pytest.raises(errors.Unsupported) as caught:
+                backend.check(req)
+            assert caught.value.field in ("bad_words", "allowed_token_ids")
+            continue
+        backend.check(req)
+        body = orjson.loads(backend.build(req, TARGET).body)
+        assert body[name.replace("bad_sequences", "bad_words")] == value
+
+
+@pytest.mark.parametrize(("kind", "params", "named"), [
+    ("tgi", {"ignore_eos_token": True}, "parameters.ignore_eos_token"),
+    ("tgi", {"min_length": 3}, "parameters.min_length"),
+    ("openai", {"bad_sequences": ["x"]}, "parameters.bad_sequences"),
+    ("triton", {"details": True, "decoder_input_details": True},
+     "parameters.decoder_input_details"),
+    ("vllm", {"typical_p": 0.5}, "parameters.typical_p"),
+    ("dynamic", {"typical_p": 0.5}, "parameters.typical_p"),
+])
+def test_a_refused_parameter_is_named_as_the_client_wrote_it(kind: str, params: dict[str, Any],
+                                                             named: str) -> None:
+    """Seed 003's parameter names differ from the worker fields they become (ignore_eos_token
+    -> ignore_eos, min_length -> min_tokens, bad_sequences -> bad_words, decoder_input_details
+    -> prompt_logprobs): the 424 a worker's refusal gives names the parameter the client sent,
+    in both LMI error bodies (seed 003 Error Responses)."""
+    body = inputs(**params)
+    if kind == "dynamic":
+        body, kind = {**body, "inputs": ["a", "b"]}, "vllm"
+    t = translate(body)
+    with pytest.raises(errors.Unsupported) as caught:
+        registry.backend(kind).check(t.request)
+    r = t.render_error(caught.value)
+    assert r.status == 424 and f"`{named}`" in orjson.loads(r.body)["error"]
 
 
 @pytest.mark.parametrize(("params", "temperature"), [
@@ -211,7 +299,6 @@ def test_return_full_text_is_prepended_here_not_echoed_upstream() -> None:
     ({"inputs": "x", "stream": True, "parameters": {"n": 2}}, "parameters.n"),
     ({"inputs": "x", "stream": True, "parameters": {"decoder_input_details": True}},
      "parameters.decoder_input_details"),
-    ({"inputs": ["a"], "stream": True}, "stream"),
     ({"text": "x"}, "inputs"),
     ({"messages": []}, "messages"),
 ])

@@ -188,7 +188,8 @@ async def test_a_worker_that_gives_no_token_ids_still_answers_details() -> None:
     assert details.status_code == 200
     assert details.json()["generated_text"] == "Deep Learning"
     assert details.json()["details"]["finish_reason"] == "length"
-    assert refused.status_code == 424 and "prompt_logprobs" in refused.json()["error"]
+    # named as the client wrote it (decoder_input_details asks the worker for prompt_logprobs)
+    assert refused.status_code == 424 and "`parameters.decoder_input_details`" in refused.json()["error"]
 
 
 @pytest.mark.anyio
