@@ -179,6 +179,18 @@ class Backend(Protocol):
 
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError: ...
 
+    def token_limit(self, req: canonical.InferenceRequest) -> int | None:
+        """The most tokens the worker generates for one sequence of `req`: the client's limit,
+        else the worker protocol's default; None when only the context bounds it. How long a
+        whole answer asked as one body may take follows from it (gateway.whole)."""
+        ...
+
+    def streams_whole(self, req: canonical.InferenceRequest) -> bool:
+        """Whether a whole answer to `req` may be asked of the worker as a stream (`req` with
+        `stream` set) and folded: False where only the worker's non-streaming answer carries
+        what the answer needs, or where `build` already chooses for itself."""
+        ...
+
     def health_path(self) -> str: ...
 
     def load_gauges(self) -> LoadGauges | None:

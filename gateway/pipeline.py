@@ -9,7 +9,8 @@ upstream read; a stream that ends without its terminal event raises, and closing
 Every attempt is accounted to its upstream (in flight while it runs; a worker failure counts
 toward ejection, a 4xx never does). A stream whose worker fails after the first byte is
 continued on other workers (`server.failover_attempts`, gateway.failover) when the backend
-can build the continuation: the client keeps one stream.
+can build the continuation: the client keeps one stream. A whole answer that may be long is
+asked as a stream too, and its body-only form gets a deadline for its decode (gateway.whole).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Protocol
 import tenacity
 
 from adapters import base
-from gateway import affinity, balancer, config, deadline, failover, pump, routing, upstream
+from gateway import affinity, balancer, config, deadline, failover, pump, routing, upstream, whole
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -92,6 +93,7 @@ class Job:
     request_id: str
     note: Attempt
     tries: int = 0  # attempts of this open(): the index into its order
+    wait: float = 0.0  # a non-streaming worker request's deadline (gateway.whole)
 
 
 class Pipeline:
@@ -114,7 +116,10 @@ class Pipeline:
             order = [u for u in order if u != avoid]
         if not order:
             raise errors.UpstreamUnavailable(f"model `{route.name}` has no healthy upstream")
-        job = Job(route, req, request_id, note)
+        wait = self.timeouts.first_byte
+        if not req.stream:  # a long one is asked as a stream, and folded (gateway.whole)
+            req, wait = whole.plan(route.backend, req, self.timeouts)
+        job = Job(route, req, request_id, note, wait=wait)
         try:  # the first attempt costs no retry machinery
             return await self._attempt(job, order)
         except errors.UpstreamUnavailable:
@@ -141,7 +146,7 @@ class Pipeline:
         note.upstream = url
         ticket = ups.begin(url)
         try:
-            opened = await self._once(job.route, job.req, url, job.request_id, note)
+            opened = await self._once(job, url)
         except BaseException as exc:
             ups.end(url, ticket)
             if isinstance(exc, errors.UpstreamError) and not 400 <= exc.status < 500:
@@ -162,14 +167,17 @@ class Pipeline:
         opened.url, opened.job, opened.ticket = url, job, ticket
         return opened
 
-    async def _once(self, route: routing.Route, req: canonical.InferenceRequest, url: str,
-                    request_id: str, note: Attempt) -> Opened:
+    async def _once(self, job: Job, url: str) -> Opened:
+        route, req, note = job.route, job.req, job.note
         ureq = route.backend.build(req, base.Target(url, route.upstream_model, route.options))
-        ureq.headers["x-request-id"] = request_id
+        ureq.headers["x-request-id"] = job.request_id
         if note.observer is not None:
             ureq.headers.update(note.observer.begin(url))
+        # A stream's first byte comes after queueing and prefill; a body's after its whole
+        # generation, which gateway.whole bounds.
+        wait = self.timeouts.first_byte if ureq.streaming else job.wait
         try:
-            with deadline.Deadline(self.timeouts.first_byte):
+            with deadline.Deadline(wait):
                 resp = await self.client.send(ureq)
                 note.status = resp.status
                 try:
@@ -178,8 +186,7 @@ class Pipeline:
                     await resp.aclose()
                     raise
         except TimeoutError:
-            raise errors.UpstreamTimeout(
-                f"the worker sent nothing within {self.timeouts.first_byte:g}s") from None
+            raise errors.UpstreamTimeout(f"the worker sent nothing within {wait:g}s") from None
 
     async def _first(self, route: routing.Route, req: canonical.InferenceRequest,
                      resp: upstream.UpstreamResponse, streaming: bool) -> Opened:
@@ -199,11 +206,6 @@ class Pipeline:
             return Opened(resp, dec, dec.close(), False)
         except errors.UpstreamBroken as exc:  # nothing reached the client: another may serve
             raise errors.UpstreamUnavailable(exc.message, detail=exc.detail) from exc
-
-    def batches(self, opened: Opened) -> AsyncGenerator[list[ev.Event], None]:
-        """Event batches, one per upstream read; the upstream is closed however this ends
-        (a whole answer's; a stream goes through `stream`, which continues it elsewhere)."""
-        return self._relay(opened)
 
     async def stream(self, opened: Opened, deliver: pump.Deliver, drain: pump.Drain) -> None:
         """Every batch of a streamed answer to `deliver` (False: wait for `drain` before the

@@ -207,13 +207,19 @@ class ProtocolEndpoint:
 
     async def _whole(self, t: base.Translator, meta: base.ResponseMeta,
                      opened: pipeline.Opened, x: Exchange, send: Send) -> None:
-        done = canonical.Completion.fold(opened.first, t.request.choice_count)
-        if opened.more:  # a whole answer asked of a worker that streamed it
-            batches = self.services.pipeline.batches(opened)
-            await batches.__anext__()  # the first batch, folded already
-            async for batch in batches:
+        if opened.more:  # a whole answer asked of a worker that streamed it (gateway.whole)
+            done = canonical.Completion.fold((), t.request.choice_count)
+
+            def fold(batch: list[ev.Event]) -> bool:
                 for e in batch:
                     done.add(e)
+                return True
+
+            # as a stream is relayed: continued on another worker if this one fails after
+            # its first byte (nothing has reached the client yet either way)
+            await self.services.pipeline.stream(opened, fold, _nothing_to_drain)
+        else:
+            done = canonical.Completion.fold(opened.first, t.request.choice_count)
         x.usage = done.usage
         x.finish_reasons = [c.finish.reason for c in done.choices if c.finish is not None]
         out = t.render(done, meta)
@@ -248,6 +254,10 @@ class ProtocolEndpoint:
             await self._whole_response(out, x, send)
         except OSError:  # the client is gone; nothing left to tell it
             x.outcome = x.error_type = "client_closed"
+
+
+async def _nothing_to_drain() -> None:
+    """A whole answer's fold takes every batch at once: never behind."""
 
 
 def _callers(exc: errors.GatewayError) -> bool:

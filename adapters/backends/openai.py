@@ -138,6 +138,9 @@ class OpenAIBackend:
     # Ask for logprobs when a client's format carries one per token (`per_token`) although
     # it did not ask: only where the worker surely takes the field.
     PER_TOKEN_LOGPROBS = False
+    # A completion's length when `max_tokens` is absent: OpenAI's API reference (completions,
+    # `max_tokens` defaults to 16) and vLLM's protocol.py (CompletionRequest.max_tokens = 16).
+    COMPLETIONS_MAX_TOKENS: ClassVar[int | None] = 16
 
     # The plan `check` made, for the `build` that follows it: the serving path builds the
     # first attempt's request without yielding to the loop in between, so one slot, matched by
@@ -223,6 +226,31 @@ class OpenAIBackend:
     def decoder(self, req: canonical.InferenceRequest, streaming: bool) -> base.StreamDecoder:
         return openai_decode.OpenAIDecoder(req.is_chat, streaming,
                                            wants_prompt=req.prompt_logprobs is not None)
+
+    def token_limit(self, req: canonical.InferenceRequest) -> int | None:
+        """The client's `max_tokens` (or an extra `max_tokens` sent as written); without one,
+        completions' default and, for chat or "as many as fit", the context's room."""
+        s = req.sampling
+        if s.max_tokens is not None:
+            return s.max_tokens
+        extra = req.extra.get("max_tokens")
+        if type(extra) is int:
+            return extra
+        if s.max_tokens_fit or req.is_chat or "max_tokens" in req.extra:
+            return None
+        return self.COMPLETIONS_MAX_TOKENS
+
+    def streams_whole(self, req: canonical.InferenceRequest) -> bool:
+        """What only a non-streaming answer carries: prompt logprobs (vLLM protocol.py:
+        "`prompt_logprobs` are not available when `stream=True`"), the echoed prompt's log
+        probs, best_of > n and beam search (vLLM serving_completion.py: "Similar to the OpenAI
+        API, when n != best_of, we do not stream the results. In addition, we do not stream the
+        results when use beam search."; OpenAI's API reference, best_of: "Results cannot be
+        streamed")."""
+        s = req.sampling
+        return not (req.prompt_logprobs is not None or (req.echo and req.logprobs)
+                    or (s.best_of is not None and s.best_of > s.n)
+                    or req.extra.get("use_beam_search"))
 
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
         message = error_message(body) or f"the worker answered HTTP {status}"

@@ -323,6 +323,20 @@ class TgiBackend:
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
         return tgi_decode.http_error(status, body)
 
+    def token_limit(self, req: canonical.InferenceRequest) -> int | None:
+        """The limit sent: the client's, else 16 for a raw prompt (generate_body); none in chat
+        or for "as many as fit" (max_total_tokens less the prompt, validation.rs)."""
+        if req.sampling.max_tokens is not None:
+            return req.sampling.max_tokens
+        if req.is_chat or req.sampling.max_tokens_fit:
+            return None
+        return COMPLETIONS_DEFAULT_MAX_TOKENS
+
+    def streams_whole(self, req: canonical.InferenceRequest) -> bool:
+        """`build` chooses itself: a prompt's whole answer is asked of /generate_stream already,
+        /generate only for what streams refuse (prompt logprobs, best_of)."""
+        return False
+
     def health_path(self) -> str:
         return "/health"
 

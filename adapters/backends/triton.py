@@ -209,6 +209,12 @@ class TritonBackend:
         return triton_decode.TritonDecoder(streaming, max_tokens(req), req.sampling.stop,
                                            keeps_stop(req), echo)
 
+    def token_limit(self, req: canonical.InferenceRequest) -> int | None:
+        return max_tokens(req)  # always sent: the ensemble requires it
+
+    def streams_whole(self, req: canonical.InferenceRequest) -> bool:
+        return False
+
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
         """http_server.cc HttpCodeFromError: 400 invalid argument, 404 unknown model (another
         upstream may have it), 500 internal, 501 unsupported, 503 unavailable."""

@@ -46,6 +46,9 @@ class TrtllmBackend(openai.OpenAIBackend):
     TABLE: ClassVar[dict[str, params.Rule]] = {**SAMPLING, **openai.OPENAI_OPTIONS}
     ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
     PER_TOKEN_LOGPROBS = True  # CompletionRequest / ChatCompletionRequest `logprobs`
+    # openai_protocol.py CompletionRequest `max_tokens: Optional[int] = None`: the engine's own
+    # default, which may be the context's room, so no small bound is assumed.
+    COMPLETIONS_MAX_TOKENS: ClassVar[int | None] = None
 
     def health_path(self) -> str:
         return "/health"  # openai_server.py: 200, or 503 while the LLM is unavailable

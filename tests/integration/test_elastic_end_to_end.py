@@ -146,7 +146,9 @@ def test_client_completion_task(es: Elasticsearch, urls: dict[str, str]) -> None
     assert isinstance(result, str) and result
     sent = last_upstream(urls)["body"]
     assert sent["messages"] == [{"role": "user", "content": "Hi [[sim tokens=3]]"}]
-    assert sent["user"] == "a_user" and sent["stream"] is False
+    # no `max_tokens`: a chat answer as long as the context allows, asked of the worker as a
+    # stream and folded (gateway.whole), so first_byte bounds only its first token
+    assert sent["user"] == "a_user" and sent["stream"] is True
     streamed = es.perform_request("POST", "/_inference/completion/demo/_stream", headers=SSE,
                                   body={"input": "Hi [[sim tokens=3]]"})
     events = [b.split("\n")[1].removeprefix("data: ") for b in streamed.body.split("\n\n")[:-1]]

@@ -100,6 +100,27 @@ def test_openai_chat_stream_is_continued(env: tuple[str, list[str]], fault: str)
     assert both_served(sims, before)
 
 
+@pytest.mark.parametrize("fault", ["drop_after=4", "hang_after=4"])
+def test_a_whole_answer_folded_from_a_stream_is_continued(env: tuple[str, list[str]],
+                                                          fault: str) -> None:
+    """A whole answer that may be longer than first_byte * 2 tokens (30 > 20 here) is asked
+    as a stream and folded (gateway.whole); a worker failing after its first token is
+    continued elsewhere as a stream would be, and the client gets one whole answer."""
+    gw, sims = env
+    before = counts(sims)
+    client = openai.OpenAI(base_url=gw + "/v1", api_key="x", max_retries=0, timeout=20)
+    msgs = [{"role": "user", "content": f"whole [[sim tokens=12 itl_ms=20 {fault}]]"}]
+    done = client.chat.completions.create(model="demo", messages=msgs,  # type: ignore[arg-type]
+                                          max_tokens=30)
+    expected, prompt, completion = uncut(sims)
+    assert done.choices[0].message.content == expected and len(expected.split()) == 12
+    assert done.choices[0].finish_reason == "stop"
+    assert done.usage is not None
+    assert (done.usage.prompt_tokens, done.usage.completion_tokens) == (prompt, completion)
+    assert both_served(sims, before)
+    assert all(r["body"]["stream"] is True for r in requests_seen(sims))
+
+
 def test_each_choice_of_an_n_chat_stream_is_continued(env: tuple[str, list[str]]) -> None:
     """n=2: each unfinished choice is continued from its own text, as a request of its own
     (vLLM's `continue_final_message` takes one assistant turn), merged into the one stream:

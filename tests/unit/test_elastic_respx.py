@@ -119,7 +119,7 @@ async def test_mid_stream_break_is_an_error_event_and_no_done() -> None:
 @pytest.mark.anyio
 async def test_completion_json_route_end_to_end() -> None:
     with respx.mock(assert_all_called=False) as r:
-        route = r.post(UP).mock(return_value=httpx.Response(200, content=harness.WHOLE_OK))
+        route = r.post(UP).mock(side_effect=harness.worker_ok)
         resp = await post(r, "/_inference/completion/d", {"input": "Hi"})
         missing = await post(r, "/_inference/completion/nope", {"input": "Hi"})
     assert resp.status_code == 200 and resp.json() == {"completion": [{"result": "Hello"}]}
@@ -166,11 +166,12 @@ async def test_bad_requests_never_reach_the_worker() -> None:
 
 @pytest.mark.anyio
 async def test_chat_completion_without_stream_is_a_whole_json_answer() -> None:
-    """POST _inference/chat_completion/{id} (Elasticsearch 9.6, PR #158022): the worker is
-    asked without streaming and the answer is one JSON chat completion in Elasticsearch's
-    chunk shape (`message`, no `created`), with the product header."""
+    """POST _inference/chat_completion/{id} (Elasticsearch 9.6, PR #158022): the answer is one
+    JSON chat completion in Elasticsearch's chunk shape (`message`, no `created`), with the
+    product header. With no `max_completion_tokens` the worker is asked for a stream, which is
+    folded (gateway.whole)."""
     with respx.mock(assert_all_called=False) as r:
-        route = r.post(UP).mock(return_value=httpx.Response(200, content=harness.WHOLE_OK))
+        route = r.post(UP).mock(side_effect=harness.worker_ok)
         resp = await post(r, "/_inference/chat_completion/demo")
         missing = await post(r, "/_inference/chat_completion/nope")
     assert resp.status_code == 200
@@ -181,5 +182,5 @@ async def test_chat_completion_without_stream_is_a_whole_json_answer() -> None:
     assert body["object"] == "chat.completion" and body["model"] == "demo"
     assert body["choices"] == [{"message": {"content": "Hello", "role": "assistant"},
                                 "finish_reason": "stop", "index": 0}]
-    assert orjson.loads(route.calls.last.request.content)["stream"] is False
+    assert orjson.loads(route.calls.last.request.content)["stream"] is True
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"

@@ -394,8 +394,7 @@ async def test_es_streaming_bodies_get_answers_es_parses(name: str) -> None:
 @pytest.mark.parametrize("name", list(WHOLE))
 async def test_es_non_streaming_bodies_get_answers_es_parses(name: str) -> None:
     with respx.mock(assert_all_called=False) as r:
-        route = r.post(f"{harness.UP1}/v1/chat/completions").mock(
-            return_value=httpx.Response(200, content=WHOLE_OK))
+        route = r.post(f"{harness.UP1}/v1/chat/completions").mock(side_effect=harness.worker_ok)
         resp = await harness.call(r, WHOLE[name])
     assert resp.status_code == 200
     assert check_whole(resp.content) == "Hello"
@@ -411,8 +410,7 @@ async def test_model_less_bodies_get_tgi_shaped_answers_the_current_parser_takes
         r.post(f"{harness.UP1}/v1/chat/completions").mock(return_value=httpx.Response(
             200, content=_worker_sse(False), headers={"content-type": "text/event-stream"}))
         streamed = await harness.call(r, SAGEMAKER_STREAM)
-        r.post(f"{harness.UP1}/v1/chat/completions").mock(
-            return_value=httpx.Response(200, content=WHOLE_OK))
+        r.post(f"{harness.UP1}/v1/chat/completions").mock(side_effect=harness.worker_ok)
         whole = await harness.call(r, HF_NO_MODEL)
     chunks = check_stream(streamed.content, "parser")
     assert chunks[0]["object"] == "chat.completion.chunk" and chunks[-1]["usage"] is not None

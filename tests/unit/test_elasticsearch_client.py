@@ -94,8 +94,7 @@ async def test_elasticsearch_streams_carry_no_null_usage(name: str) -> None:
 async def test_elasticsearch_non_streaming_chat_gets_an_answer_its_parser_takes(
         name: str) -> None:
     with respx.mock(assert_all_called=False) as r:
-        r.post(f"{harness.UP1}/v1/chat/completions").mock(
-            return_value=httpx.Response(200, content=harness.WHOLE_OK))
+        r.post(f"{harness.UP1}/v1/chat/completions").mock(side_effect=harness.worker_ok)
         resp = await harness.call(r, target.WHOLE[name], headers=ES_HEADERS)
     assert resp.status_code == 200
     assert check_unified_whole(resp.json()) == "Hello"

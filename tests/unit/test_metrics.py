@@ -21,7 +21,7 @@ from prometheus_client import parser
 from gateway import app as gateway_app
 from gateway import config, metrics, upstream
 from tests.unit import test_pipeline_respx as harness
-from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, WHOLE_OK, make_config
+from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, make_config
 
 STREAM_USAGE = (
     b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
@@ -113,7 +113,7 @@ async def test_a_whole_answer_has_no_time_to_first_token() -> None:
     """gen_ai.server.time_to_first_token is for streams: a whole answer's would be its
     whole latency."""
     with respx.mock(assert_all_called=False) as r:
-        r.post(url__startswith="http://up").mock(return_value=httpx.Response(200, content=WHOLE_OK))
+        r.post(url__startswith="http://up").mock(side_effect=harness.worker_ok)
         b, a, (resp,) = await run(r, CHAT)
     assert resp.status_code == 200
     req = {**GENAI, **ROUTE, "http_status_class": "2xx", "error_type": ""}

@@ -32,6 +32,20 @@ WHOLE_OK = orjson.dumps({
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"},
                  "finish_reason": "stop", "stop_reason": None}],
     "usage": {"prompt_tokens": 3, "total_tokens": 4, "completion_tokens": 1}})
+# WHOLE_OK as its stream: a whole answer that may be long is asked as one (gateway.whole)
+SSE_WHOLE = SSE_OK.removesuffix(b"data: [DONE]\n\n") + (
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
+    b'"usage":{"prompt_tokens":3,"total_tokens":4,"completion_tokens":1}}\n\n'
+    b"data: [DONE]\n\n")
+
+
+def worker_ok(request: httpx.Request) -> httpx.Response:
+    """The worker's answer "Hello" in the form the gateway asked for: one body, or its stream
+    (a whole answer with no small `max_tokens` is asked as a stream and folded)."""
+    if orjson.loads(request.content).get("stream"):
+        return httpx.Response(200, content=SSE_WHOLE,
+                              headers={"content-type": "text/event-stream"})
+    return httpx.Response(200, content=WHOLE_OK)
 
 
 class Broken(httpx.AsyncByteStream):
@@ -80,7 +94,7 @@ async def call(router: respx.MockRouter, body: dict[str, Any] | bytes,
 async def test_connect_failure_on_first_upstream_is_retried_on_second() -> None:
     with respx.mock(assert_all_called=True) as r:
         r.post(f"{UP1}/v1/chat/completions").mock(side_effect=httpx.ConnectError("refused"))
-        ok = r.post(f"{UP2}/v1/chat/completions").mock(return_value=httpx.Response(200, content=WHOLE_OK))
+        ok = r.post(f"{UP2}/v1/chat/completions").mock(side_effect=worker_ok)
         resp = await call(r, CHAT)
     assert resp.status_code == 200
     assert resp.json()["choices"][0]["message"]["content"] == "Hello"
@@ -165,8 +179,7 @@ async def test_stream_that_ends_without_done_is_an_error() -> None:
 @pytest.mark.anyio
 async def test_request_id_goes_upstream_and_comes_back() -> None:
     with respx.mock(assert_all_called=False) as r:
-        route = r.post(f"{UP1}/v1/chat/completions").mock(
-            return_value=httpx.Response(200, content=WHOLE_OK))
+        route = r.post(f"{UP1}/v1/chat/completions").mock(side_effect=worker_ok)
         resp = await call(r, CHAT, headers={"x-request-id": "abc-123"})
     assert resp.headers["x-request-id"] == "abc-123"
     assert route.calls.last.request.headers["x-request-id"] == "abc-123"
@@ -204,7 +217,7 @@ async def test_body_over_limit_is_413() -> None:
 async def test_api_keys_are_enforced() -> None:
     cfg = make_config(api_keys=["k1"])
     with respx.mock(assert_all_called=False) as r:
-        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(200, content=WHOLE_OK))
+        r.post(f"{UP1}/v1/chat/completions").mock(side_effect=worker_ok)
         denied = await call(r, CHAT, cfg)
         allowed = await call(r, CHAT, cfg, headers={"authorization": "Bearer k1"})
         also = await call(r, CHAT, cfg, headers={"x-api-key": "k1"})
@@ -215,7 +228,7 @@ async def test_api_keys_are_enforced() -> None:
 @pytest.mark.anyio
 async def test_alias_resolves_and_the_client_sees_its_own_model_name() -> None:
     with respx.mock(assert_all_called=False) as r:
-        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(200, content=WHOLE_OK))
+        r.post(f"{UP1}/v1/chat/completions").mock(side_effect=worker_ok)
         resp = await call(r, {**CHAT, "model": "d"})
     assert resp.status_code == 200 and resp.json()["model"] == "d"
 
@@ -229,8 +242,7 @@ async def test_placeholder_and_missing_model_names_reach_the_default_model(
     if name is not None:
         body["model"] = name
     with respx.mock(assert_all_called=False) as r:
-        route = r.post(f"{UP1}/v1/chat/completions").mock(
-            return_value=httpx.Response(200, content=WHOLE_OK))
+        route = r.post(f"{UP1}/v1/chat/completions").mock(side_effect=worker_ok)
         resp = await call(r, body)
     assert resp.status_code == 200
     assert orjson.loads(route.calls.last.request.content)["model"] == "org/model"

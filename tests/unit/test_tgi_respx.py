@@ -19,7 +19,7 @@ from gateway import config, upstream
 from tests.golden import runner
 from tests.golden.test_tgi_golden import GOLDEN_SEED
 from tests.unit import test_pipeline_respx
-from tests.unit.test_pipeline_respx import Broken, call, make_config
+from tests.unit.test_pipeline_respx import Broken, call, make_config, worker_ok
 
 COMPLETIONS = r"http://up[12]:8000/v1/completions"
 CHAT = r"http://up[12]:8000/v1/chat/completions"
@@ -127,17 +127,11 @@ async def test_unknown_adapter_is_a_404_in_tgis_body() -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("model", ["tgi", "dummy", None])
 async def test_messages_api_placeholders_reach_the_default_model(model: str | None) -> None:
-    whole = orjson.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
-                          "choices": [{"index": 0, "message": {"role": "assistant",
-                                                               "content": "Hello"},
-                                       "finish_reason": "stop", "stop_reason": None}],
-                          "usage": {"prompt_tokens": 3, "total_tokens": 4,
-                                    "completion_tokens": 1}})
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "Hi"}]}
     if model is not None:
         body["model"] = model
     with respx.mock() as r:
-        route = r.post(url__regex=CHAT).mock(return_value=httpx.Response(200, content=whole))
+        route = r.post(url__regex=CHAT).mock(side_effect=worker_ok)
         resp = await call(r, body)
     assert orjson.loads(route.calls.last.request.content)["model"] == "org/model"
     out = resp.json()

@@ -21,18 +21,22 @@ from tests.unit.test_pipeline_respx import call, make_config
 HTML = b"<html><body><h1>502 Bad Gateway</h1><hr>nginx/1.25 at 10.0.3.7:8000</body></html>"
 LEAKY_CONNECT = httpx.ConnectError("ClientConnectorError: Cannot connect to host 127.0.0.1:1")
 
-# (path, body, where the client's message is in the answer) per client protocol.
+# (path, body, where the client's message is in the answer) per client protocol. Each answer is
+# bounded small (a limit of 16 tokens, or LMI's and completions' defaults), so the worker is
+# asked for one JSON body (gateway.whole), whose malformation one test here is about.
 CLIENTS: list[tuple[str, dict[str, Any], Any]] = [
-    ("/v1/chat/completions", {"model": "demo", "messages": [{"role": "user", "content": "Hi"}]},
-     lambda b: b["error"]["message"]),
+    ("/v1/chat/completions", {"model": "demo", "messages": [{"role": "user", "content": "Hi"}],
+                              "max_tokens": 16}, lambda b: b["error"]["message"]),
     ("/v1/completions", {"model": "demo", "prompt": "Hi"}, lambda b: b["error"]["message"]),
     # TGI prefixes its InferError text (server.rs: "Request failed during generation: ...").
-    ("/generate", {"inputs": "Hi"},
+    ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 16}},
      lambda b: b["error"].removeprefix("Request failed during generation: ")),
     ("/invocations", {"inputs": "Hi"}, lambda b: b["error"]),
-    ("/invocations", {"messages": [{"role": "user", "content": "Hi"}]}, lambda b: b["error"]),
+    ("/invocations", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16},
+     lambda b: b["error"]),
     ("/invocations", {"prompt": "Hi"}, lambda b: b["error"]),
-    ("/_inference/completion/demo", {"input": "Hi"}, lambda b: b["error"]["reason"]),
+    ("/_inference/completion/demo", {"input": "Hi", "task_settings": {"max_tokens": 16}},
+     lambda b: b["error"]["reason"]),
 ]
 IDS = ["openai-chat", "openai-completions", "tgi", "lmi-inputs", "lmi-chat", "lmi-prompt",
        "elastic"]
@@ -103,7 +107,8 @@ def test_the_leak_scanner_finds_what_main_used_to_answer() -> None:
 # ---- LMI: the worker's message in {"error", "code"}, every schema ----
 
 LMI_BODIES = [{"inputs": "Hi"}, {"inputs": "Hi", "parameters": {"details": True}},
-              {"messages": [{"role": "user", "content": "Hi"}]}, {"prompt": "Hi"}]
+              {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16},
+              {"prompt": "Hi"}]
 
 
 @pytest.mark.anyio

@@ -11,7 +11,7 @@ import orjson
 import pytest
 import respx
 
-from tests.unit.test_pipeline_respx import CHAT, SSE_OK, call, healthy, make_config
+from tests.unit.test_pipeline_respx import CHAT, SSE_OK, call, healthy, make_config, worker_ok
 
 # vLLM 0.11 serving_chat.py: an exception of the stream's generator is written as one error
 # event then `[DONE]`, under HTTP 200; engine/serving.py create_error_response gives a
@@ -88,17 +88,10 @@ RATE_LIMITED = httpx.Response(429, json={"error": {
 async def test_a_rate_limited_openai_worker_is_passed_over_for_another() -> None:
     """OpenAI's API answers 429 when a key's rate limit is reached (openai-python
     RateLimitError): that worker is busy, the request is fine, so another upstream takes it."""
-    ok = orjson.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
-                       "choices": [{"index": 0, "message": {"role": "assistant",
-                                                            "content": "Hello"},
-                                    "finish_reason": "stop"}],
-                       "usage": {"prompt_tokens": 3, "completion_tokens": 1,
-                                 "total_tokens": 4}})
     with respx.mock(assert_all_called=False) as r:
         healthy(r)
         first = r.post("http://up1:8000/v1/chat/completions").mock(return_value=RATE_LIMITED)
-        second = r.post("http://up2:8000/v1/chat/completions").mock(
-            return_value=httpx.Response(200, content=ok))
+        second = r.post("http://up2:8000/v1/chat/completions").mock(side_effect=worker_ok)
         resp = await call(r, CHAT)
     assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == "Hello"
     assert first.call_count == 1 and second.call_count == 1
