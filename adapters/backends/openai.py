@@ -250,7 +250,7 @@ class OpenAIBackend:
         s = req.sampling
         return not (req.prompt_logprobs is not None or (req.echo and req.logprobs)
                     or (s.best_of is not None and s.best_of > s.n)
-                    or req.extra.get("use_beam_search"))
+                    or (s.num_beams or 1) > 1 or req.extra.get("use_beam_search"))
 
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
         message = error_message(body) or f"the worker answered HTTP {status}"

@@ -76,6 +76,13 @@ def _beam() -> canonical.InferenceRequest:
     return req
 
 
+def _beams() -> canonical.InferenceRequest:
+    """LMI's `num_beams` (seed 003), which the vLLM and trtllm backends send as beam search."""
+    req = chat()
+    req.sampling.num_beams = req.sampling.n = 3
+    return req
+
+
 def _best_of() -> canonical.InferenceRequest:
     req = text(1000)
     req.sampling.best_of = 3
@@ -84,7 +91,7 @@ def _best_of() -> canonical.InferenceRequest:
 
 @pytest.mark.parametrize("make", [
     lambda: chat(prompt_logprobs=1), lambda: text(1000, echo=True, logprobs=True, top_logprobs=1),
-    _beam, _best_of])
+    _beam, _beams, _best_of])
 @pytest.mark.parametrize("backend", ["vllm", "trtllm"])
 def test_what_only_a_body_carries_stays_a_body(backend: str, make: object) -> None:
     req = make()  # type: ignore[operator]
