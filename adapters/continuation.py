@@ -3,7 +3,9 @@
 A worker that died mid-stream has sent `text_so_far`; another worker is asked for the rest:
 for a completion, the prompt with that text appended; for a chat, that text as the start of
 the assistant's turn (vLLM's `continue_final_message: true` with `add_generation_prompt:
-false`, vLLM protocol.py ChatCompletionRequest), each with what is left of the token budget.
+false`, vLLM protocol.py ChatCompletionRequest; `answer_so_far` for a backend that says it
+its own way: Triton's rendered prompt, TGI's final assistant message), each with what is left
+of the token budget.
 Only single-answer text can be continued: several choices or prompts, tool calls, echo,
 prompt logprobs, structured output would each come back wrong or duplicated. Generated tokens'
 ids and logprobs are the continuing worker's own for its tokens, so they stay; the gateway
@@ -64,3 +66,13 @@ def chat_prefix(req: canonical.InferenceRequest, text_so_far: str, tokens_so_far
     turn = canonical.Message("assistant", text_so_far)
     return dataclasses.replace(req, messages=[*req.messages, turn],
                                sampling=_budget(req, tokens_so_far), extra={**req.extra, **flags})
+
+
+def chat_answer(req: canonical.InferenceRequest, text_so_far: str,
+                tokens_so_far: int) -> canonical.InferenceRequest | None:
+    """The messages as they were, the text so far as `answer_so_far` (the backend puts it where
+    its worker continues an assistant's turn); None unless a plain chat."""
+    if not chat_possible(req):
+        return None
+    return dataclasses.replace(req, answer_so_far=text_so_far,
+                               sampling=_budget(req, tokens_so_far))

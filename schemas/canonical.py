@@ -125,6 +125,9 @@ class InferenceRequest:
     user: str | None = None
     # Fields of the client's protocol with no canonical meaning, for workers that take them as is.
     extra: dict[str, Any] = field(default_factory=dict)
+    # A chat's answer as far as another worker gave it (failover, adapters/continuation.py):
+    # the worker goes on from this text, the start of the assistant's turn. Never a client's.
+    answer_so_far: str | None = None
 
     @property
     def is_chat(self) -> bool:

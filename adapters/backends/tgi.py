@@ -294,6 +294,8 @@ class TgiBackend:
         # "tgi": any other model name is taken as a LoRA adapter id (lib.rs try_into_generate).
         body: dict[str, Any] = {"model": "tgi",
                                 "messages": [message(m) for m in req.messages or []]}
+        if req.answer_so_far:
+            answer_so_far(body["messages"], req.answer_so_far)
         params.apply(CHAT, req, WORKER, body, unknown=UNKNOWN_EXTRA)
         if req.tools is not None:
             body["tools"] = [{"type": "function", "function": {
@@ -312,7 +314,8 @@ class TgiBackend:
     def decoder(self, req: canonical.InferenceRequest, streaming: bool) -> base.StreamDecoder:
         keep = keeps_stop(req)
         if req.is_chat:
-            return tgi_decode.TgiChatDecoder(streaming, req.sampling.stop, keep)
+            return tgi_decode.TgiChatDecoder(streaming, req.sampling.stop, keep,
+                                             trimmed(req.answer_so_far))
         echo = str(req.prompts[0]) if req.echo and req.prompts else None
         logprobs = req.logprobs or req.per_token  # TGI gives every token's id and logprob
         if streaming:
@@ -345,11 +348,38 @@ class TgiBackend:
 
     def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
                      tokens_so_far: int) -> canonical.InferenceRequest | None:
-        """`generate` only: TGI's Messages API has no way to continue an assistant turn."""
+        """A prompt plus the text so far on `generate`; a chat with the text so far as its
+        final assistant message, which TGI's Messages API continues (since v3.0.0,
+        router/src/infer/chat_template.rs `apply`: "if the last message is from the
+        assistant, continue the generation prompt"; integration-tests/models/
+        test_continue_final_message.py)."""
+        if req.messages is not None:
+            return continuation.chat_answer(req, text_so_far, tokens_so_far)
         return continuation.completion(req, text_so_far, tokens_so_far)
 
     def continues(self, req: canonical.InferenceRequest) -> bool:
+        if req.messages is not None:
+            return continuation.chat_possible(req)
         return continuation.completion_possible(req)
+
+
+def answer_so_far(messages: list[dict[str, Any]], text: str) -> None:
+    """The answer so far as the final assistant message, which TGI continues: it renders the
+    chat with the generation prompt, then cuts the prompt after the last occurrence of that
+    message's content and trims the whitespace at its end (chat_template.rs `apply`, after
+    transformers' text-generation pipeline). A client's own final assistant message (a
+    prefill TGI was already continuing) takes the text after its content."""
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), str):
+        last["content"] += text
+    else:
+        messages.append({"role": "assistant", "content": text})
+
+
+def trimmed(text: str | None) -> str:
+    """The whitespace TGI trims off the end of a continued assistant message: the model writes
+    it again (a token opens with its space or newline), and the client has it already."""
+    return text[len(text.rstrip()):] if text else ""
 
 
 def message(m: canonical.Message) -> dict[str, Any]:

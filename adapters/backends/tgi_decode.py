@@ -11,6 +11,7 @@ sequence in its text and does not say which one matched: the text tells (stops.p
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
@@ -178,9 +179,12 @@ class TgiChatDecoder(openai_decode.OpenAIDecoder):
     """TGI's Messages API is OpenAI's, but for its stop handling (`stop_sequence` finish reason,
     the string kept in the text), a role in every delta, and errors that are always 422."""
 
-    def __init__(self, streaming: bool, stop: list[str], keep_stop: bool):
+    def __init__(self, streaming: bool, stop: list[str], keep_stop: bool, skip: str = ""):
         super().__init__(True, streaming)
         self._trim = stops.StopTrimmer(stop, keep_stop)
+        # A continuation's answer repeats the whitespace TGI trimmed off the text so far
+        # (tgi.trimmed): dropped from its start, as far as it repeats it.
+        self._skip = skip
         self._roles: set[int] = set()
         self._called: set[int] = set()  # choices that made a tool call
         self._legacy: dict[int, list[str]] = {}  # a pre-3.2 call's raw text, per choice
@@ -218,6 +222,8 @@ class TgiChatDecoder(openai_decode.OpenAIDecoder):
                     self._roles.add(e.choice)
                     out.append(e)
             elif isinstance(e, ev.TextDelta):
+                if self._skip and not (e := self._skipped(e)).text:
+                    continue
                 out.extend(self._trim.push(e))
             elif isinstance(e, ev.Finish):
                 out.extend(self._legacy_call(e.choice))
@@ -237,6 +243,15 @@ class TgiChatDecoder(openai_decode.OpenAIDecoder):
             else:
                 out.append(e)
         return out
+
+    def _skipped(self, e: ev.TextDelta) -> ev.TextDelta:
+        """`e` less the start that repeats `_skip`; skipping ends at the first other text."""
+        text, skip = e.text, self._skip
+        k = 0
+        while k < len(text) and k < len(skip) and text[k] == skip[k]:
+            k += 1
+        self._skip = skip[k:] if k == len(text) else ""
+        return dataclasses.replace(e, text=text[k:]) if k else e
 
     def _legacy_call(self, choice: int) -> list[ev.Event]:
         """A call streamed as TGI did before v3.2.0 (server.rs chat_completions @ v3.1.0):

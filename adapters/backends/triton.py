@@ -202,7 +202,10 @@ class TritonBackend:
                 "(config key `models[].chat_template`), which a triton worker needs to turn "
                 "chat messages into a prompt", field="chat_template")
         tools = req.tools if req.tool_choice != "none" else None
-        return chat_template.render(str(template), req.messages, tools)
+        prompt = chat_template.render(str(template), req.messages, tools)
+        # A continuation (failover): the assistant's turn, opened by the generation prompt as
+        # on the first attempt, goes on from the text already sent to the client.
+        return prompt + req.answer_so_far if req.answer_so_far else prompt
 
     def decoder(self, req: canonical.InferenceRequest, streaming: bool) -> base.StreamDecoder:
         echo = str(req.prompts[0]) if req.echo and req.prompts else None
@@ -233,9 +236,15 @@ class TritonBackend:
 
     def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
                      tokens_so_far: int) -> canonical.InferenceRequest | None:
-        """Text prompts only; a chat's rendered prompt is not the client's to extend."""
+        """A prompt plus the text so far; a chat as its rendered prompt (the gateway applies
+        the template, `prompt`) plus the text so far: the same `text_input` a completion
+        continuation would be. `exclude_input_in_output` keeps that text out of the answer."""
+        if req.messages is not None:
+            return continuation.chat_answer(req, text_so_far, tokens_so_far)
         return continuation.completion(req, text_so_far, tokens_so_far)
 
     def continues(self, req: canonical.InferenceRequest) -> bool:
+        if req.messages is not None:
+            return continuation.chat_possible(req)
         return continuation.completion_possible(req)
 

@@ -12,6 +12,10 @@ are validated as validation.rs does, with the TGI front end's port of it (its me
 
 The "model" answers a fixed script then EOS; directives in the prompt inject faults:
 `[[error_after=N]]` (a generation error after N tokens), `[[overloaded]]`, `[[drop_after=N]]`.
+A chat whose last message is the assistant's is continued, as TGI >= 3.0 does (chat_template.rs
+`apply`: the prompt cut after that message's content, its end whitespace trimmed): the script
+goes on after the words that content holds, clean of the stream faults (the continuation of a
+failed stream, whose user message still carries them).
 Run in-process (httpx.ASGITransport) or as a process: `python -m tests.fakes.tgi_fake PORT`.
 """
 
@@ -47,11 +51,13 @@ def _directive(text: str, name: str) -> int | None:
     return (int(m.group(1)) if m.group(1) else 0) if m else None
 
 
-def generate_tokens(max_new: int, stop: list[str]) -> tuple[list[dict[str, Any]], str]:
-    """Tokens and finish reason, as StoppingCriteria decides after each token."""
+def generate_tokens(max_new: int, stop: list[str], start: int = 0
+                    ) -> tuple[list[dict[str, Any]], str]:
+    """Tokens and finish reason, as StoppingCriteria decides after each token; `start`: the
+    script's tokens already in the prompt (a continued assistant message)."""
     out: list[dict[str, Any]] = []
     text = ""
-    for i, (tok, tid) in enumerate([*SCRIPT, EOS]):
+    for i, (tok, tid) in enumerate([*SCRIPT, EOS][start:], start):
         special = (tok, tid) == EOS
         out.append({"id": tid, "text": tok, "logprob": -0.5 - i / 8, "special": special})
         text += "" if special else tok
@@ -179,6 +185,7 @@ async def chat(request: Request) -> Response:
     if data.get("temperature") not in (None, 0.0, 0):  # try_into_generate: 0 means greedy
         params["temperature"] = data["temperature"]
     prompt = " ".join(str(m.get("content") or "") for m in data["messages"])
+    start = continued(data["messages"])
     stream = bool(data.get("stream"))
     try:
         _validate({"inputs": prompt, "parameters": params}, stream)
@@ -186,15 +193,31 @@ async def chat(request: Request) -> Response:
         if stream:
             return _sse([_error_event(str(exc)), b"data: [DONE]\n\n"])
         return Response(_err(str(exc), "validation"), 422, media_type="application/json")
-    toks, reason = generate_tokens(data.get("max_tokens") or 100, data.get("stop") or [])
+    toks, reason = generate_tokens(data.get("max_tokens") or 100, data.get("stop") or [],
+                                   start)
     usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(toks),
              "total_tokens": len(prompt.split()) + len(toks)}
     finish = "stop" if reason == "eos_token" else reason  # FinishReason::format(true)
     if not stream:
         return Response(orjson.dumps(_chat_whole(data, toks, finish, usage)),
                         media_type="application/json")
-    return _sse(_chat_stream(data, prompt, toks, finish, usage),
-                _directive(prompt, "drop_after"))
+    faults = "" if start else prompt
+    return _sse(_chat_stream(data, faults, toks, finish, usage),
+                _directive(faults, "drop_after"))
+
+
+def continued(messages: list[dict[str, Any]]) -> int:
+    """How many script tokens a final assistant message holds, trimmed as TGI trims it (0: no
+    such message; the first tokens that make up its trimmed content, or all up to EOS)."""
+    if not messages or messages[-1].get("role") != "assistant":
+        return 0
+    content = str(messages[-1].get("content") or "").rstrip()
+    text = ""
+    for k, (tok, _) in enumerate(SCRIPT):
+        if text.rstrip() == content and content:
+            return k
+        text += tok
+    return len(SCRIPT)
 
 
 def _error_event(message: str) -> bytes:

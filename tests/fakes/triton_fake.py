@@ -12,6 +12,9 @@ The "model" answers a fixed script, word by word, whatever the prompt; directive
 inject faults: `[[error_after=N]]` (an error event after N responses), `[[drop_after=N]]` (the
 connection is cut after N responses), `[[fail=S]]` (the model's first response is an error of
 HTTP status S: a JSON body, or on a stream that error as its one SSE event).
+A prompt that ends with the script's first words is continued after them, as a model goes on
+from its own answer, clean of the stream faults (the continuation of a failed stream: the
+prompt, or the rendered chat, plus the text already sent).
 Run in-process (httpx.ASGITransport) or as a process: `python -m tests.fakes.triton_fake PORT`.
 """
 
@@ -40,10 +43,19 @@ def _directive(text: str, name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def tokens(req: wire.GenerateRequest) -> list[str]:
-    """The script up to `max_tokens`, ending after a stop word (kept, as TensorRT-LLM does)."""
+def continued(prompt: str) -> int:
+    """How many of the script's words the prompt ends with (the most; 0 for none)."""
+    for k in range(len(SCRIPT), 0, -1):
+        if prompt.endswith("".join(SCRIPT[:k])):
+            return k
+    return 0
+
+
+def tokens(req: wire.GenerateRequest, start: int = 0) -> list[str]:
+    """The script from `start` up to `max_tokens`, ending after a stop word (kept, as
+    TensorRT-LLM does)."""
     out: list[str] = []
-    for tok in SCRIPT[:req.max_tokens]:
+    for tok in SCRIPT[start:start + req.max_tokens]:
         out.append(tok)
         if any("".join(out).endswith(s) for s in req.stop_words or ()):
             break
@@ -86,16 +98,18 @@ async def generate(request: Request) -> Response:
             return _sse([b'data: {"error":"the model failed before inference"}\n\n'],
                         status=status)
         return _error(status, "the model failed before inference")
-    toks = tokens(req)
+    start = continued(req.text_input)
+    toks = tokens(req, start)
     if not streaming or not req.stream:
         body = response(req, "".join(toks), len(toks))
         if streaming:
             return _sse([b"data: " + body + b"\n\n"])
         return Response(body, media_type="application/json")
     parts = [b"data: " + response(req, t, 1) + b"\n\n" for t in toks]
-    if (n := _directive(req.text_input, "error_after")) is not None:
+    faults = "" if start else req.text_input
+    if (n := _directive(faults, "error_after")) is not None:
         parts = parts[:n] + [b'data: {"error":"Executor failed: injected fault"}\n\n']
-    drop = _directive(req.text_input, "drop_after")
+    drop = _directive(faults, "drop_after")
     return _sse(parts, drop)
 
 

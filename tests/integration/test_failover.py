@@ -9,6 +9,7 @@ worker received), one response id, and usage counting the answer as one.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import orjson
 import pytest
 
 from simulator import chat, completions, directives, resume, settings
+from tests.fakes import tgi_fake, triton_fake
 from tests.integration import procs
 
 pytestmark = pytest.mark.integration
@@ -235,6 +237,52 @@ def test_elastic_chat_stream_is_continued(env: tuple[str, list[str]]) -> None:
     assert text == uncut(sims)[0] and len(text.split()) == 8
     assert len({c["id"] for c in chunks}) == 1
     assert both_served(sims, before)
+
+
+TRITON_TEMPLATE = Path(__file__).parents[1] / "golden" / "triton" / "chat_template.jinja"
+FAKES = {  # backend: (fake module, its readiness path, the model's extra config, its script)
+    "tgi": ("tests.fakes.tgi_fake", "/health", {}, "".join(t for t, _ in tgi_fake.SCRIPT)),
+    "triton": ("tests.fakes.triton_fake", "/v2/health/ready",
+               {"upstream_model": "ensemble", "chat_template": str(TRITON_TEMPLATE)},
+               "".join(triton_fake.SCRIPT)),
+}
+
+
+@pytest.mark.parametrize("backend", sorted(FAKES))
+def test_a_chat_stream_cut_on_a_fake_worker_is_continued(tmp_path: Path, backend: str) -> None:
+    """TGI's Messages API continues a final assistant message (text-generation-inference
+    router/src/infer/chat_template.rs `apply`); for Triton the gateway renders the template
+    and appends the text so far. Two fake workers as processes, the first cutting its
+    connection after 3 responses: one stream, the whole script once, one role, one finish."""
+    module, ready, extra, script = FAKES[backend]
+    ports = [procs.free_port() for _ in range(2)]
+    workers = [procs.Proc([sys.executable, "-m", module, str(p)], tmp_path / f"w{p}.log")
+               for p in ports]
+    gw: procs.Proc | None = None
+    try:
+        for w, p in zip(workers, ports, strict=True):
+            w.wait_http(f"http://127.0.0.1:{p}{ready}")
+        gw, url = procs.gateway(tmp_path, orjson.dumps({
+            "server": {"failover_attempts": 1, "timeouts": {"first_byte": 5, "idle": 5}},
+            "default_model": "m", "models": [{
+                "name": "m", "backend": backend, "routing": "round_robin", **extra,
+                "upstreams": [f"http://127.0.0.1:{p}" for p in ports]}]}).decode())
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=20)
+        chunks = list(client.chat.completions.create(
+            model="m", stream=True, stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": "go [[drop_after=3]]"}]))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == script
+        assert len({c.id for c in chunks}) == 1
+        assert len([c for c in chunks if c.choices and c.choices[0].delta.role]) == 1
+        assert [c.choices[0].finish_reason for c in chunks
+                if c.choices and c.choices[0].finish_reason] == ["stop"]
+        assert [c for c in chunks if c.usage is not None] == [chunks[-1]]
+    finally:
+        if gw is not None:
+            gw.stop()
+        for w in workers:
+            w.stop()
 
 
 def test_a_stream_no_worker_can_continue_ends_with_the_error_event(
