@@ -35,7 +35,10 @@ TRTLLM_EXTRA_FIELDS = frozenset(TRTLLM_EXTRAS)
 
 
 class TrtllmBackend(openai.OpenAIBackend):
-    """trtllm-serve: refuses what it would refuse, with our 400 naming the field."""
+    """trtllm-serve: refuses what it would refuse, with our 400 naming the field. A chat is not
+    continued on another worker (failover): ChatCompletionRequest has `add_generation_prompt`
+    but no `continue_final_message` (openai_protocol.py), so a final assistant message would be
+    rendered as a closed turn; completions are (OpenAIBackend.continuation)."""
 
     WORKER: ClassVar[str] = "trtllm-serve"
     SAMPLING: ClassVar[dict[str, params.Rule]] = TRTLLM_SAMPLING
