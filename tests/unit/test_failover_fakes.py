@@ -53,9 +53,10 @@ def one_stream(chunks: list[Any]) -> str:
 @pytest.mark.anyio
 async def test_triton_chat_is_continued_from_the_rendered_prompt_plus_the_text_so_far() -> None:
     """The gateway renders the chat (with the generation prompt, as on the first attempt) and
-    appends the text the client has; `exclude_input_in_output` keeps that text out of the
-    answer (tensorrtllm_backend all_models/inflight_batcher_llm/tensorrt_llm_bls and
-    ensemble config: the input is echoed unless excluded), so nothing is repeated."""
+    appends the text the client has; `exclude_input_in_output: true` keeps that text out of
+    the answer (an input of triton-inference-server/tensorrtllm_backend ensemble/config.pbtxt;
+    without it the prompt may be in `text_output`, shared/research/wire-formats.md 6.2), so
+    nothing is repeated."""
     a, b = triton_fake.app(), triton_fake.app()
     chunks = await chat_stream(make_config("triton", upstream_model="ensemble",
                                            chat_template=TEMPLATE),
