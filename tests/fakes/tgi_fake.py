@@ -242,8 +242,25 @@ def _chat_whole(data: dict[str, Any], toks: list[dict[str, Any]], finish: str,
             "usage": usage}
 
 
+def _tool_deltas(name: str) -> list[bytes]:
+    """chat.rs ChatState (v3.3.7) on a grammar-made call: nothing until `_name` parses, then
+    a delta naming the function with `{` as its arguments, the rest as nameless fragments, the
+    last closing brace trimmed; id "0", the finish on the last token's chunk."""
+    frags = [("{", name), ('"city":', None), ('"Paris"}', None)]
+    return [_chunk([{"index": 0, "delta": {"role": "assistant", "tool_calls": [{
+        "index": 0, "id": "0", "type": "function", "function": {"name": n, "arguments": a}}]},
+        "logprobs": None, "finish_reason": "stop" if k == len(frags) - 1 else None}], None)
+        for k, (a, n) in enumerate(frags)]
+
+
 def _chat_stream(data: dict[str, Any], prompt: str, toks: list[dict[str, Any]], finish: str,
                  usage: dict[str, int]) -> list[bytes]:
+    if data.get("tools") and data.get("tool_choice") != "none":
+        calls = _tool_deltas(data["tools"][0]["function"]["name"])
+        if (data.get("stream_options") or {}).get("include_usage"):
+            calls.append(_chunk([], {**usage, "completion_tokens": len(calls),
+                                     "total_tokens": usage["prompt_tokens"] + len(calls)}))
+        return [*calls, b"data: [DONE]\n\n"]
     parts = []
     for i, t in enumerate(toks):
         content = "" if t["special"] else t["text"]

@@ -102,3 +102,11 @@ class TrtllmFake:
 
 def app() -> TrtllmFake:
     return TrtllmFake()
+
+
+if __name__ == "__main__":
+    import sys
+
+    import uvicorn
+
+    uvicorn.run(app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
