@@ -23,6 +23,7 @@ from gateway import (
     health,
     hooks,
     http1,
+    http_cycle,
     metrics,
     observability,
     pipeline,
@@ -116,7 +117,7 @@ async def no_route(request: Request, exc: Exception) -> Response:
     text for a path under no protocol's prefix."""
     assert isinstance(exc, HTTPException)
     extra = dict(exc.headers or {})  # a 405's Allow
-    extra["x-request-id"] = request.headers.get("x-request-id") or serving.new_id()  # SPEC.md
+    extra["x-request-id"] = request.headers.get("x-request-id") or http_cycle.new_id()  # SPEC.md
     make = registry.errors_for(request.url.path)
     if make is None:
         return PlainTextResponse(exc.detail, exc.status_code, headers=extra)

@@ -125,7 +125,8 @@ def test_a_bounded_body_past_its_allowance_is_a_504(urls: tuple[str, str]) -> No
     assert sent["stream"] is False
     assert r.status_code == 504
     assert r.json()["error"]["message"] == "the worker sent nothing within 2s"
-    assert 1.8 < took < 2.9
+    assert took > 1.8  # its allowance, not first_byte (1 s); the 504 shows it did not wait
+    # for the worker's answer at 3 s (an upper bound on a wall clock would flake on slow CI)
 
 
 def test_what_only_a_body_carries_stays_a_body_with_a_finite_deadline(
