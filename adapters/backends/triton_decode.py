@@ -10,6 +10,9 @@ postprocessing model decodes the tokens of each response), `num_output_tokens` t
 
 A finish reason is inferred (SPEC.md): the token count against the limit sent, then a matched
 stop word (which TensorRT-LLM keeps in the text and which is cut off here), else a natural end.
+A stream whose counted tokens reach the limit has ended whatever comes after, so its finish
+goes out with its last response, not when the connection ends: a TGI client's last event
+carries the last token (not an empty one after it), every client's finish comes with its text.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class TritonDecoder(decoder.FramedDecoder):
     def __init__(self, streaming: bool, limit: int, stop: list[str], keep_stop: bool,
                  echo: str | None = None):
         super().__init__("sse" if streaming else "whole")
+        self._streaming = streaming
         self._limit = limit
         self._echo = echo
         self._stops = stops.StopTrimmer(stop, keep_stop)
@@ -66,11 +70,12 @@ class TritonDecoder(decoder.FramedDecoder):
         self._counted = True  # every response said how many tokens it held
         self._exact = True  # ... in `num_output_tokens`
         self._prompt: int | None = None
+        self._finished = False  # the limit was reached: the finish is out
 
     def on_end(self) -> list[ev.Event]:
         if not self._responses:
             raise errors.UpstreamBroken("the worker's answer held no response")
-        return self._end()
+        return [] if self._finished else self._end()
 
     def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
         if "error" in obj:
@@ -85,8 +90,13 @@ class TritonDecoder(decoder.FramedDecoder):
             out.append(ev.TextDelta(0, self._echo))
             self._echo = None
         self._tally(obj)
+        if self._finished:  # past the limit (an empty final response): nothing more to say
+            return
         if text:
             out.extend(self._stops.push(ev.TextDelta(0, text)))
+        if self._streaming and self._counted and self._generated >= self._limit:
+            self._finished = True
+            out.extend(self._end())
 
     def _tally(self, obj: dict[str, Any]) -> None:
         n = _count(obj)

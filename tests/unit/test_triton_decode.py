@@ -175,3 +175,35 @@ def test_the_trimmer_releases_exactly_the_text_before_the_match(texts: list[str]
     out += trim.release(matched)
     full = "".join(texts)
     assert text_of(list(out)) + (matched or "") == full
+
+
+def test_reaching_the_limit_finishes_with_that_response_not_at_the_streams_end() -> None:
+    """Triton's stream has no end marker (src/http_server.cc writes one `data:` event per
+    model response and then ends the chunked body); the count reaching the `max_tokens` sent
+    is the end all the same, so the finish and usage come in the read of the last response."""
+    dec = triton_decode.TritonDecoder(True, 3, [], False)
+    reads = [dec.feed(sse(resp(w))) for w in (" The", " answer", " is")]
+    assert [type(e) for e in reads[1]] == [ev.TextDelta]
+    assert reads[2] == [ev.TextDelta(0, " is"), ev.Finish(0, "length"), ev.Usage(5, 3)]
+    assert dec.feed(sse(resp("", n=0))) == []  # an empty last response changes nothing
+    assert dec.close() == []
+
+
+def test_a_tgi_stream_from_triton_ends_on_its_last_token_read_by_read() -> None:
+    """TGI's /generate_stream puts `generated_text` on the last token's own event (router
+    src/server.rs generate_stream_internal: one event per token, the last with the text), so
+    `max_new_tokens` tokens are that many events, also when each worker response is its own
+    read: no extra empty token after them."""
+    from adapters.frontends import tgi_encode
+
+    dec = triton_decode.TritonDecoder(True, 3, [], False)
+    enc = tgi_encode.StreamEncoder(tgi_encode.TgiState(details=True))
+    out = b""
+    for word in (" The", " answer", " is"):
+        out += b"".join(enc.encode(e) for e in dec.feed(sse(resp(word)))) + enc.flush()
+    out += b"".join(enc.encode(e) for e in dec.close()) + enc.flush() + enc.finish()
+    events = [orjson.loads(line[6:]) for line in out.split(b"\n\n") if line]
+    assert [e["token"]["text"] for e in events] == [" The", " answer", " is"]
+    assert events[-1]["generated_text"] == " The answer is"
+    assert events[-1]["details"] == {"finish_reason": "length", "generated_tokens": 3,
+                                     "seed": None, "input_length": 5}
