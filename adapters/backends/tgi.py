@@ -15,6 +15,7 @@ carry (prompt logprobs, best_of).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -347,7 +348,8 @@ class TgiBackend:
         return LOAD
 
     def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
-                     tokens_so_far: int) -> canonical.InferenceRequest | None:
+                     tokens_so_far: int, options: Mapping[str, Any] = base.NO_OPTIONS
+                     ) -> canonical.InferenceRequest | None:
         """A prompt plus the text so far on `generate`; a chat with the text so far as its
         final assistant message, which TGI's Messages API continues (since v3.0.0,
         router/src/infer/chat_template.rs `apply`: "if the last message is from the
@@ -357,7 +359,8 @@ class TgiBackend:
             return continuation.chat_answer(req, text_so_far, tokens_so_far)
         return continuation.completion(req, text_so_far, tokens_so_far)
 
-    def continues(self, req: canonical.InferenceRequest) -> bool:
+    def continues(self, req: canonical.InferenceRequest,
+                  options: Mapping[str, Any] = base.NO_OPTIONS) -> bool:
         if req.messages is not None:
             return continuation.chat_possible(req)
         return continuation.completion_possible(req)

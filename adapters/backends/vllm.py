@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from adapters import base, continuation
@@ -108,12 +109,14 @@ class VllmBackend(openai.OpenAIBackend):
         return LOAD
 
     def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
-                     tokens_so_far: int) -> canonical.InferenceRequest | None:
+                     tokens_so_far: int, options: Mapping[str, Any] = base.NO_OPTIONS
+                     ) -> canonical.InferenceRequest | None:
         if req.messages is not None:
             return continuation.chat_prefix(req, text_so_far, tokens_so_far, CONTINUE_FLAGS)
         return continuation.completion(req, text_so_far, tokens_so_far)
 
-    def continues(self, req: canonical.InferenceRequest) -> bool:
+    def continues(self, req: canonical.InferenceRequest,
+                  options: Mapping[str, Any] = base.NO_OPTIONS) -> bool:
         if req.messages is not None:
             return continuation.chat_possible(req)
         return continuation.completion_possible(req)
