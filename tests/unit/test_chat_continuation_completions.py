@@ -12,6 +12,7 @@ vLLM protocol.py CompletionRequest (`add_special_tokens` default true, `max_toke
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import httpx
 import orjson
@@ -19,7 +20,7 @@ import pytest
 import respx
 
 from adapters import base, chat_template, registry
-from gateway import config
+from gateway import config, routing
 from schemas import canonical
 from tests.unit import test_pipeline_respx as harness
 
@@ -189,3 +190,32 @@ async def test_a_trtllm_chat_cut_is_merged_from_the_completions_answer() -> None
     assert [c["usage"] for c in chunks if c.get("usage")] == [
         {"prompt_tokens": 8, "completion_tokens": 2, "total_tokens": 10}]
     assert resp.text.endswith("data: [DONE]\n\n") and '"error"' not in resp.text
+
+
+def managed(tmp_path: Path, args: tuple[str, ...] = ()) -> config.Config:
+    return config.Config.model_validate({
+        "models": [{"name": "m", "backend": "trtllm", "upstream_model": str(tmp_path)}],
+        "workers": [{"kind": "trtllm", "model": "m", "args": list(args)}]})
+
+
+def test_a_managed_trtllm_model_directory_gives_its_chat_template(tmp_path: Path) -> None:
+    """trtllm-serve renders a chat with its tokenizer's template, which transformers reads
+    from tokenizer_config.json `chat_template` (a string, or named templates) or
+    chat_template.jinja: the template a continuation renders when the config names none."""
+    (tmp_path / "tokenizer_config.json").write_bytes(orjson.dumps(
+        {"chat_template": [{"name": "tool_use", "template": "x"},
+                           {"name": "default", "template": ZEPHYR}]}))
+    assert routing.Router(managed(tmp_path)).routes["m"].options["chat_template"] == ZEPHYR
+    (tmp_path / "chat_template.jinja").write_text(CHATML)
+    assert routing.Router(managed(tmp_path)).routes["m"].options["chat_template"] == CHATML
+    # a worker started with a template of its own: the directory's is not the one it renders
+    router = routing.Router(managed(tmp_path, ("--chat_template", "t.jinja")))
+    assert router.routes["m"].options["chat_template"] is None
+
+
+def test_an_unmanaged_model_gets_no_directory_template(tmp_path: Path) -> None:
+    (tmp_path / "chat_template.jinja").write_text(CHATML)
+    cfg = config.Config.model_validate({
+        "models": [{"name": "m", "backend": "trtllm", "upstream_model": str(tmp_path),
+                    "upstreams": ["http://w:1"]}]})
+    assert routing.Router(cfg).routes["m"].options["chat_template"] is None
