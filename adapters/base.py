@@ -16,8 +16,9 @@ from schemas import events as ev
 
 N = TypeVar("N", bound="Note")
 
-# A model without options (`Backend.continues` and `continuation` of a bare backend).
-NO_OPTIONS: Mapping[str, Any] = MappingProxyType({})
+# A model's options, as plain data (Target.options), and a model without any.
+Options = Mapping[str, Any]
+NO_OPTIONS: Options = MappingProxyType({})
 
 
 @dataclass(slots=True, frozen=True)

@@ -11,7 +11,6 @@ never gets a silently different answer.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import orjson
@@ -284,7 +283,7 @@ class OpenAIBackend:
         return None  # the OpenAI API defines no load metrics
 
     def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
-                     tokens_so_far: int, options: Mapping[str, Any] = base.NO_OPTIONS
+                     tokens_so_far: int, options: base.Options = base.NO_OPTIONS
                      ) -> canonical.InferenceRequest | None:
         """A completion: the prompt plus the text so far. A chat: the OpenAI API has no way
         to continue an assistant turn, so with the model's `chat_template` it goes to the
@@ -305,7 +304,7 @@ class OpenAIBackend:
         return continuation.chat_completion(req, prompt, text_so_far, tokens_so_far, flags)
 
     def continues(self, req: canonical.InferenceRequest,
-                  options: Mapping[str, Any] = base.NO_OPTIONS) -> bool:
+                  options: base.Options = base.NO_OPTIONS) -> bool:
         """A chat is continued through the completions route only with a `chat_template`,
         and only what that route says the same way: no logprobs (they would come in
         completions' form, which carries no `bytes` and counts its alternatives otherwise:

@@ -10,7 +10,6 @@ parameter mapping is the table `TRITON`; what Triton cannot do at all is the cap
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -236,7 +235,7 @@ class TritonBackend:
         return None  # Triton publishes metrics on another port (8002), not beside generate
 
     def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
-                     tokens_so_far: int, options: Mapping[str, Any] = base.NO_OPTIONS
+                     tokens_so_far: int, options: base.Options = base.NO_OPTIONS
                      ) -> canonical.InferenceRequest | None:
         """A prompt plus the text so far; a chat as its rendered prompt (the gateway applies
         the template, `prompt`) plus the text so far: the same `text_input` a completion
@@ -246,7 +245,7 @@ class TritonBackend:
         return continuation.completion(req, text_so_far, tokens_so_far)
 
     def continues(self, req: canonical.InferenceRequest,
-                  options: Mapping[str, Any] = base.NO_OPTIONS) -> bool:
+                  options: base.Options = base.NO_OPTIONS) -> bool:
         if req.messages is not None:
             return continuation.chat_possible(req)
         return continuation.completion_possible(req)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from adapters import base, continuation
@@ -109,14 +108,14 @@ class VllmBackend(openai.OpenAIBackend):
         return LOAD
 
     def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
-                     tokens_so_far: int, options: Mapping[str, Any] = base.NO_OPTIONS
+                     tokens_so_far: int, options: base.Options = base.NO_OPTIONS
                      ) -> canonical.InferenceRequest | None:
         if req.messages is not None:
             return continuation.chat_prefix(req, text_so_far, tokens_so_far, CONTINUE_FLAGS)
         return continuation.completion(req, text_so_far, tokens_so_far)
 
     def continues(self, req: canonical.InferenceRequest,
-                  options: Mapping[str, Any] = base.NO_OPTIONS) -> bool:
+                  options: base.Options = base.NO_OPTIONS) -> bool:
         if req.messages is not None:
             return continuation.chat_possible(req)
         return continuation.completion_possible(req)
