@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
 
 from schemas import canonical, errors
 from schemas import events as ev
 
 N = TypeVar("N", bound="Note")
+
+# A model's options, as plain data (Target.options), and a model without any.
+Options = Mapping[str, Any]
+NO_OPTIONS: Options = MappingProxyType({})
 
 
 @dataclass(slots=True, frozen=True)
@@ -198,14 +203,20 @@ class Backend(Protocol):
         ...
 
     def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
-                     tokens_so_far: int) -> canonical.InferenceRequest | None:
+                     tokens_so_far: int, options: Mapping[str, Any] = NO_OPTIONS
+                     ) -> canonical.InferenceRequest | None:
         """A request asking a worker to go on with an answer cut after `text_so_far` (the
-        text every client has already seen), or None when this worker cannot continue it."""
+        text every client has already seen), or None when this worker cannot continue it.
+        `options`: the model's (Target.options), e.g. the `chat_template` a chat is rendered
+        with where the worker's chat route cannot continue a turn."""
         ...
 
-    def continues(self, req: canonical.InferenceRequest) -> bool:
+    def continues(self, req: canonical.InferenceRequest,
+                  options: Mapping[str, Any] = NO_OPTIONS) -> bool:
         """Whether `continuation` gives a request for `req`, without making one: asked of
-        every stream, to know whether its progress need be tracked."""
+        every stream, to know whether its progress need be tracked. Where the continuation
+        renders the chat with the model's template it may still find, rendering, that it
+        cannot (a template that fails, an opening the worker would double)."""
         ...
 
 

@@ -2,8 +2,10 @@
 
 Triton's TensorRT-LLM ensemble takes `text_input` only, so the gateway applies the model's
 template (SPEC.md: rendered with `messages`, `add_generation_prompt=True` and, when given,
-`tools`). The environment is the one transformers compiles templates in
-(`utils/chat_template_utils.py` `_compile_jinja_template`): a sandbox with `trim_blocks` and
+`tools`); a chat failed over to a trtllm-serve or OpenAI worker's completions route is
+rendered the same way (`render_opening`, adapters/backends/openai.py). The environment is the
+one transformers compiles templates in (`utils/chat_template_utils.py`
+`_compile_jinja_template`): a sandbox with `trim_blocks` and
 `lstrip_blocks`, the `loopcontrols` extension, a `tojson` filter that does not HTML-escape,
 `raise_exception` and `strftime_now`, and the `{% generation %}` tag (which only marks text).
 Sans-I/O: the template text is given (the gateway reads a template file, gateway/routing.py);
@@ -114,11 +116,12 @@ SPECIAL_TOKENS = {"bos_token": "", "eos_token": "", "unk_token": "", "pad_token"
 
 def render(text: str, messages: list[canonical.Message],
            tools: list[canonical.ToolSpec] | None = None,
-           now: Callable[[], datetime] = datetime.now) -> str:
-    """The prompt: the template rendered for these messages, ready for the assistant's turn."""
+           now: Callable[[], datetime] = datetime.now, *, bos_token: str = "") -> str:
+    """The prompt: the template rendered for these messages, ready for the assistant's turn
+    (`bos_token`: what the template's `bos_token` renders as, empty by default)."""
     template = compile_template(text)
     variables: dict[str, Any] = {
-        **SPECIAL_TOKENS, "messages": [message(m) for m in messages],
+        **SPECIAL_TOKENS, "bos_token": bos_token, "messages": [message(m) for m in messages],
         "add_generation_prompt": True, "strftime_now": lambda fmt: now().strftime(fmt)}
     if tools:
         variables["tools"] = [tool(t) for t in tools]
@@ -132,3 +135,18 @@ def render(text: str, messages: list[canonical.Message],
         raise errors.InvalidRequest(
             f"`messages` cannot be rendered with the model's chat template: {exc}",
             field="messages") from None
+
+
+# What `bos_token` renders as in `render_opening`: private-use characters no template writes.
+_BOS_MARK = "\ue000bos\ue001"
+
+
+def render_opening(text: str, messages: list[canonical.Message],
+                   tools: list[canonical.ToolSpec] | None = None,
+                   now: Callable[[], datetime] = datetime.now) -> tuple[str, bool]:
+    """The prompt as `render` gives it, and whether the template opened it with `bos_token`:
+    a worker's chat route renders the real BOS there and encodes the prompt without adding
+    special tokens (vLLM, trtllm-serve ChatCompletionRequest `add_special_tokens` false), so a
+    completions route given this prompt must add the BOS itself exactly when this is true."""
+    marked = render(text, messages, tools, now, bos_token=_BOS_MARK)
+    return marked.replace(_BOS_MARK, ""), marked.startswith(_BOS_MARK)

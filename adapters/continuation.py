@@ -4,8 +4,10 @@ A worker that died mid-stream has sent `text_so_far`; another worker is asked fo
 for a completion, the prompt with that text appended; for a chat, that text as the start of
 the assistant's turn (vLLM's `continue_final_message: true` with `add_generation_prompt:
 false`, vLLM protocol.py ChatCompletionRequest; `answer_so_far` for a backend that says it
-its own way: Triton's rendered prompt, TGI's final assistant message), each with what is left
-of the token budget.
+its own way: Triton's rendered prompt, TGI's final assistant message; `chat_completion` for a
+worker whose chat route cannot continue a turn but whose completions route takes the chat
+rendered with the model's template, trtllm-serve and plain OpenAI servers), each with what is
+left of the token budget.
 Only single-answer text can be continued: several choices or prompts, tool calls, echo,
 prompt logprobs, structured output would each come back wrong or duplicated. Generated tokens'
 ids and logprobs are the continuing worker's own for its tokens, so they stay; the gateway
@@ -76,3 +78,14 @@ def chat_answer(req: canonical.InferenceRequest, text_so_far: str,
         return None
     return dataclasses.replace(req, answer_so_far=text_so_far,
                                sampling=_budget(req, tokens_so_far))
+
+
+def chat_completion(req: canonical.InferenceRequest, prompt: str, text_so_far: str,
+                    tokens_so_far: int, flags: dict[str, object]) -> canonical.InferenceRequest:
+    """A chat asked of a completions route: `prompt` (the chat rendered with the model's
+    template, generation prompt added) plus the text so far, the same sampling and stops with
+    what is left of the budget, the worker's `flags`; no tool choice (a plain chat has no
+    tools, and completions take none). The caller checked `chat_possible`."""
+    return dataclasses.replace(
+        req, messages=None, prompts=[prompt + text_so_far], sampling=_budget(req, tokens_so_far),
+        tool_choice=None, parallel_tool_calls=None, extra={**req.extra, **flags})

@@ -2,8 +2,9 @@
 
 The client has been sent part of each choice; every choice not yet finished is asked of another
 worker as a request of its own (`n` 1: each choice has its own text so far), built by the
-backend (`Backend.continuation`: the prompt plus that text, or the chat with it as the
-assistant's unfinished turn, and what is left of the token budget). Their answers are merged
+backend (`Backend.continuation`, given the model's options: the prompt plus that text, the chat
+with it as the assistant's unfinished turn, or the chat rendered with the model's template plus
+that text, and what is left of the token budget). Their answers are merged
 into the client's one stream: each continuation's events renumbered to the choice it continues,
 its opening (role, prompt information) dropped, and its usage held back until all have ended,
 then sent once, counting the client's prompt and every completion token of every choice.
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
 
 from adapters import base
 from schemas import canonical
@@ -35,12 +37,14 @@ def one_choice(req: canonical.InferenceRequest) -> canonical.InferenceRequest:
     return dataclasses.replace(req, sampling=dataclasses.replace(req.sampling, n=1))
 
 
-def resumable(req: canonical.InferenceRequest, backend: base.Backend) -> bool:
+def resumable(req: canonical.InferenceRequest, backend: base.Backend,
+              options: Mapping[str, Any] = base.NO_OPTIONS) -> bool:
     """Whether each choice of `req` can be continued by this backend's workers: one prompt
     (choices of several prompts would each need their own), no `best_of` (its choices are
-    picked from more than are sent), and what the backend continues."""
+    picked from more than are sent), and what the backend continues (with the model's
+    `options`)."""
     return (len(req.prompts or ()) <= 1 and not req.sampling.best_of
-            and backend.continues(one_choice(req)))
+            and backend.continues(one_choice(req), options))
 
 
 class Progress:
@@ -82,14 +86,15 @@ class Progress:
         """The choices still to finish, in order."""
         return [c for c, done in enumerate(self.finished) if not done]
 
-    def requests(self, req: canonical.InferenceRequest, backend: base.Backend
+    def requests(self, req: canonical.InferenceRequest, backend: base.Backend,
+                 options: Mapping[str, Any] = base.NO_OPTIONS
                  ) -> list[tuple[int, canonical.InferenceRequest]] | None:
         """A continuation of each open choice, or None when one cannot be continued; from
         now on the continuations' events count on what was sent so far."""
         one = one_choice(req)
         out = []
         for c in self.open():
-            cont = backend.continuation(one, "".join(self.texts[c]), self.tokens[c])
+            cont = backend.continuation(one, "".join(self.texts[c]), self.tokens[c], options)
             if cont is None:
                 return None
             out.append((c, cont))

@@ -277,13 +277,14 @@ class Pipeline:
     def _resumable(self, opened: Opened) -> bool:
         job = opened.job
         return bool(self.failover_attempts and opened.more and job is not None
-                    and job.req.stream and failover.resumable(job.req, job.route.backend))
+                    and job.req.stream and failover.resumable(job.req, job.route.backend,
+                                                               job.route.options))
 
     async def _continue(self, job: Job, seen: failover.Progress, failed: str,
                         cause: errors.GatewayError) -> list[tuple[int, Opened]]:
         """Open a continuation of every open choice on another upstream, or re-raise `cause`
         (nothing is left open when one fails)."""
-        wanted = seen.requests(job.req, job.route.backend)
+        wanted = seen.requests(job.req, job.route.backend, job.route.options)
         if wanted is None:
             raise cause
         if not wanted:  # cut after every choice finished: the answer is whole, asked of no one

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from adapters import base, registry, tokens
 from gateway import balancer, board, config, tokenizer
@@ -53,6 +56,35 @@ def chat_template_text(value: str | None, index: int) -> str | None:
              f"readable file ({why})"]) from None
 
 
+def model_dir_template(m: config.ModelConfig, workers: Iterable[config.WorkerConfig]
+                       ) -> str | None:
+    """The chat template of the local model directory a managed worker serves the model from
+    (gateway/tokenizer.py `model_dir`), which that worker's chat route renders with when
+    started without a template of its own: transformers' `chat_template.jinja`, else
+    tokenizer_config.json's `chat_template` (a string, or named templates: "default";
+    tokenization_utils_base.py). Not when the worker's `args` name a template, nor when none
+    is readable: a default, never an error."""
+    names = {m.name, *m.aliases}
+    if any(w.model in names and any("chat_template" in a or "chat-template" in a
+                                    for a in w.args) for w in workers):
+        return None
+    directory = tokenizer.model_dir(m, workers)
+    if directory is None:
+        return None
+    try:
+        jinja = directory / "chat_template.jinja"
+        if jinja.is_file():
+            return jinja.read_text(encoding="utf-8")
+        found = orjson.loads((directory / "tokenizer_config.json").read_bytes()).get(
+            "chat_template")
+    except (OSError, UnicodeDecodeError, orjson.JSONDecodeError, AttributeError):
+        return None
+    if isinstance(found, list):
+        found = next((t.get("template") for t in found
+                      if isinstance(t, dict) and t.get("name") == "default"), None)
+    return found if isinstance(found, str) and found else None
+
+
 def file_problems(models: Any) -> list[str]:
     """Every unreadable `chat_template` or `tokenizer` file of raw `models` entries, so that
     check-config reports them in the same run as the schema's problems (issue: check-config)."""
@@ -84,8 +116,10 @@ class Router:
         self._by_name: dict[str, Route] = {}
         for i, m in enumerate(cfg.models):
             vocab = tokenizer.for_model(m, i, cfg.workers)
+            template = chat_template_text(m.chat_template, i) if m.chat_template \
+                else model_dir_template(m, cfg.workers)
             options: dict[str, Any] = {
-                "name": m.name, "chat_template": chat_template_text(m.chat_template, i),
+                "name": m.name, "chat_template": template,
                 **{k: v.model_dump() for k, v in m.protocol_options().items()},
                 **{k: v.model_dump() for k, v in cfg.protocol_options().items()},
                 # the worker may name tokens by id (vLLM return_tokens_as_token_ids)

@@ -44,10 +44,19 @@ def for_model(m: config.ModelConfig, index: int,
     else None (ids are then -1, "unknown")."""
     if m.tokenizer:
         return load(tokenizer_file(m.tokenizer), f"models[{index}].tokenizer")
+    directory = model_dir(m, workers)
+    if directory is not None and (directory / FILE).is_file():
+        return load(directory / FILE, f"models[{index}].upstream_model")
+    return None
+
+
+def model_dir(m: config.ModelConfig, workers: Iterable[config.WorkerConfig]) -> Path | None:
+    """The local model directory a managed worker serves the model from (`upstream_model`, a
+    directory, for a worker kind that loads one: WorkerKind.model_dir), else None."""
     names = {m.name, *m.aliases}
     kinds = registry.WORKER_KINDS
     if any(w.kind in kinds and kinds[w.kind].model_dir and w.model in names for w in workers):
-        candidate = Path(m.upstream_model or m.name).expanduser() / FILE
-        if candidate.is_file():
-            return load(candidate, f"models[{index}].upstream_model")
+        directory = Path(m.upstream_model or m.name).expanduser()
+        if directory.is_dir():
+            return directory
     return None

@@ -10,11 +10,12 @@ never gets a silently different answer.
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import orjson
 
-from adapters import base, continuation
+from adapters import base, chat_template, continuation
 from adapters.backends import openai_decode, params
 from adapters.backends.params import Drop, Own, Refuse, Send, Translate
 from schemas import canonical, errors
@@ -121,6 +122,11 @@ OPENAI_EXTRAS: dict[str, params.Rule] = {
 }
 OPENAI_EXTRA_FIELDS = frozenset(OPENAI_EXTRAS)
 
+# The BOS tokens of common tokenizers as a template may write them out: `<s>` (Llama 2,
+# Mistral), `<bos>` (Gemma), `<|begin_of_text|>` (Llama 3), `<|startoftext|>`,
+# `<｜begin▁of▁sentence｜>` (DeepSeek).
+BOS_LIKE = re.compile(r"<[|｜]?(?:s|bos|begin_of_text|startoftext|begin▁of▁sentence)[|｜]?>")
+
 
 class OpenAIBackend:
     """Speaks the OpenAI API as any compatible server does."""
@@ -141,6 +147,9 @@ class OpenAIBackend:
     # A completion's length when `max_tokens` is absent: OpenAI's API reference (completions,
     # `max_tokens` defaults to 16) and vLLM's protocol.py (CompletionRequest.max_tokens = 16).
     COMPLETIONS_MAX_TOKENS: ClassVar[int | None] = 16
+    # A chat continued through the completions route (`continuation`) keeps only the client
+    # extras that mean the same there: none of OpenAI's chat fields does.
+    COMPLETION_EXTRAS: ClassVar[frozenset[str]] = frozenset()
 
     # The plan `check` made, for the `build` that follows it: the serving path builds the
     # first attempt's request without yielding to the loop in between, so one slot, matched by
@@ -274,12 +283,52 @@ class OpenAIBackend:
         return None  # the OpenAI API defines no load metrics
 
     def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
-                     tokens_so_far: int) -> canonical.InferenceRequest | None:
-        """Completions only: the OpenAI API has no way to continue an assistant turn."""
-        return continuation.completion(req, text_so_far, tokens_so_far)
+                     tokens_so_far: int, options: base.Options = base.NO_OPTIONS
+                     ) -> canonical.InferenceRequest | None:
+        """A completion: the prompt plus the text so far. A chat: the OpenAI API has no way
+        to continue an assistant turn, so with the model's `chat_template` it goes to the
+        completions route as the chat rendered as Triton's is (adapters/chat_template.py,
+        generation prompt added) plus the text so far (`continues` says when)."""
+        if req.messages is None:
+            return continuation.completion(req, text_so_far, tokens_so_far)
+        if not self.continues(req, options):
+            return None
+        try:
+            prompt, bos = chat_template.render_opening(str(options["chat_template"]),
+                                                       req.messages)
+        except errors.GatewayError:  # the worker's own template took what this one refuses
+            return None
+        flags = self.opening(prompt, bos)
+        if flags is None:
+            return None
+        return continuation.chat_completion(req, prompt, text_so_far, tokens_so_far, flags)
 
-    def continues(self, req: canonical.InferenceRequest) -> bool:
-        return continuation.completion_possible(req)
+    def continues(self, req: canonical.InferenceRequest,
+                  options: base.Options = base.NO_OPTIONS) -> bool:
+        """A chat is continued through the completions route only with a `chat_template`,
+        and only what that route says the same way: no logprobs (they would come in
+        completions' form, which carries no `bytes` and counts its alternatives otherwise:
+        vLLM and trtllm-serve add the sampled token to a completion's `top_logprobs`),
+        no `reasoning_effort` (a chat-template input), no extras but `COMPLETION_EXTRAS`,
+        and a token limit where the route has a small default of its own (OpenAI's
+        completions: 16, where a chat's is the context's room)."""
+        if req.messages is None:
+            return continuation.completion_possible(req)
+        return (bool(options.get("chat_template")) and continuation.chat_possible(req)
+                and not (req.logprobs or req.per_token) and req.reasoning_effort is None
+                and req.extra.keys() <= self.COMPLETION_EXTRAS
+                and (self.COMPLETIONS_MAX_TOKENS is None or req.sampling.max_tokens is not None))
+
+    def opening(self, prompt: str, bos: bool) -> dict[str, object] | None:
+        """The completions fields that give the rendered `prompt` the BOS the worker's chat
+        route would have given it (its template's `bos_token`, `bos`), or None when this
+        worker cannot be told. A plain OpenAI server declares no such field, and its
+        completions route adds the tokenizer's BOS as vLLM's does (protocol.py
+        CompletionRequest `add_special_tokens` default true): right when the template opens
+        with `bos_token`; a prompt that opens with a BOS written out would get a second one,
+        so that chat is not continued. Any other opening (ChatML's `<|im_start|>`, plain text)
+        is continued: at worst a tokenizer that has a BOS puts one before it."""
+        return None if not bos and BOS_LIKE.match(prompt) else {}
 
 
 def error_message(body: bytes) -> str:

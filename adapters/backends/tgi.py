@@ -347,17 +347,18 @@ class TgiBackend:
         return LOAD
 
     def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
-                     tokens_so_far: int) -> canonical.InferenceRequest | None:
-        """A prompt plus the text so far on `generate`; a chat with the text so far as its
-        final assistant message, which TGI's Messages API continues (since v3.0.0,
-        router/src/infer/chat_template.rs `apply`: "if the last message is from the
-        assistant, continue the generation prompt"; integration-tests/models/
-        test_continue_final_message.py)."""
+                     tokens_so_far: int, options: base.Options = base.NO_OPTIONS
+                     ) -> canonical.InferenceRequest | None:
+        """A prompt plus the text so far on `generate`; a chat with it as its final assistant
+        message, which TGI's Messages API continues (since v3.0.0, router/src/infer/
+        chat_template.rs `apply`: "if the last message is from the assistant, continue the
+        generation prompt"; integration-tests/models/test_continue_final_message.py)."""
         if req.messages is not None:
             return continuation.chat_answer(req, text_so_far, tokens_so_far)
         return continuation.completion(req, text_so_far, tokens_so_far)
 
-    def continues(self, req: canonical.InferenceRequest) -> bool:
+    def continues(self, req: canonical.InferenceRequest,
+                  options: base.Options = base.NO_OPTIONS) -> bool:
         if req.messages is not None:
             return continuation.chat_possible(req)
         return continuation.completion_possible(req)

@@ -235,7 +235,8 @@ class TritonBackend:
         return None  # Triton publishes metrics on another port (8002), not beside generate
 
     def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
-                     tokens_so_far: int) -> canonical.InferenceRequest | None:
+                     tokens_so_far: int, options: base.Options = base.NO_OPTIONS
+                     ) -> canonical.InferenceRequest | None:
         """A prompt plus the text so far; a chat as its rendered prompt (the gateway applies
         the template, `prompt`) plus the text so far: the same `text_input` a completion
         continuation would be. `exclude_input_in_output` keeps that text out of the answer."""
@@ -243,7 +244,8 @@ class TritonBackend:
             return continuation.chat_answer(req, text_so_far, tokens_so_far)
         return continuation.completion(req, text_so_far, tokens_so_far)
 
-    def continues(self, req: canonical.InferenceRequest) -> bool:
+    def continues(self, req: canonical.InferenceRequest,
+                  options: base.Options = base.NO_OPTIONS) -> bool:
         if req.messages is not None:
             return continuation.chat_possible(req)
         return continuation.completion_possible(req)

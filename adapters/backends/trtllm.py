@@ -32,13 +32,22 @@ TRTLLM_EXTRAS: dict[str, params.Rule] = {name: Send() for name in (
     "cache_salt", "mm_processor_kwargs", "media_io_kwargs", "thinking", "agent_hierarchy",
 )}
 TRTLLM_EXTRA_FIELDS = frozenset(TRTLLM_EXTRAS)
+# The extras a chat keeps when it is continued through CompletionRequest: those it declares
+# with the same meaning. Not the chat's rendering inputs, its `add_special_tokens` (the
+# continuation sets it), beam search or a disaggregated request's state.
+TRTLLM_COMPLETION_EXTRAS = frozenset({
+    "top_p_min", "include_stop_str_in_output", "spaces_between_special_tokens", "detokenize",
+    "thinking_token_budget", "lora_request", "priority", "prompt_ignore_length",
+    "conversation_params"})
 
 
 class TrtllmBackend(openai.OpenAIBackend):
-    """trtllm-serve: refuses what it would refuse, with our 400 naming the field. A chat is not
-    continued on another worker (failover): ChatCompletionRequest has `add_generation_prompt`
-    but no `continue_final_message` (openai_protocol.py), so a final assistant message would be
-    rendered as a closed turn; completions are (OpenAIBackend.continuation)."""
+    """trtllm-serve: refuses what it would refuse, with our 400 naming the field. A chat cut
+    mid-stream is continued (failover) through /v1/completions, the chat rendered with the
+    model's `chat_template` plus the text so far (OpenAIBackend.continuation), never with a
+    final assistant message: ChatCompletionRequest has `add_generation_prompt` but no
+    `continue_final_message` (openai_protocol.py), so that message would be rendered as a
+    closed turn. Without a `chat_template` a chat is not continued."""
 
     WORKER: ClassVar[str] = "trtllm-serve"
     SAMPLING: ClassVar[dict[str, params.Rule]] = TRTLLM_SAMPLING
@@ -52,6 +61,7 @@ class TrtllmBackend(openai.OpenAIBackend):
     # openai_protocol.py CompletionRequest `max_tokens: Optional[int] = None`: the engine's own
     # default, which may be the context's room, so no small bound is assumed.
     COMPLETIONS_MAX_TOKENS: ClassVar[int | None] = None
+    COMPLETION_EXTRAS: ClassVar[frozenset[str]] = TRTLLM_COMPLETION_EXTRAS
 
     def health_path(self) -> str:
         return "/health"  # openai_server.py: 200, or 503 while the LLM is unavailable
@@ -70,6 +80,15 @@ class TrtllmBackend(openai.OpenAIBackend):
         super().logprobs(req, body)
         if not req.is_chat and body.get("logprobs") == 0:
             body["logprobs"] = 1
+
+    def opening(self, prompt: str, bos: bool) -> dict[str, object] | None:
+        """CompletionRequest adds special tokens unless told not to (`add_special_tokens`
+        default true), its chat route not (ChatCompletionRequest `add_special_tokens` default
+        false: "the chat template takes care of adding the special tokens"; openai_protocol.py).
+        The template's `bos_token` renders empty here, so the default adds the BOS where the
+        template opened with it; any other opening (a BOS written out, ChatML) is sent as the
+        chat route would encode it: `add_special_tokens: false`."""
+        return {} if bos else {"add_special_tokens": False}
 
     def message(self, m: canonical.Message) -> dict[str, Any]:
         out = super().message(m)

@@ -108,12 +108,14 @@ class VllmBackend(openai.OpenAIBackend):
         return LOAD
 
     def continuation(self, req: canonical.InferenceRequest, text_so_far: str,
-                     tokens_so_far: int) -> canonical.InferenceRequest | None:
+                     tokens_so_far: int, options: base.Options = base.NO_OPTIONS
+                     ) -> canonical.InferenceRequest | None:
         if req.messages is not None:
             return continuation.chat_prefix(req, text_so_far, tokens_so_far, CONTINUE_FLAGS)
         return continuation.completion(req, text_so_far, tokens_so_far)
 
-    def continues(self, req: canonical.InferenceRequest) -> bool:
+    def continues(self, req: canonical.InferenceRequest,
+                  options: base.Options = base.NO_OPTIONS) -> bool:
         if req.messages is not None:
             return continuation.chat_possible(req)
         return continuation.completion_possible(req)

@@ -5,10 +5,20 @@ From NVIDIA/TensorRT-LLM tensorrt_llm/serve/openai_protocol.py and openai_server
 the flat `{"object":"error",...}` body), `model` is required, `stream_options` needs `stream`;
 stream chunks are `model_dump_json(exclude_none=True)`, the first written `data: {...} \\n\\n`
 (a space before the blank line); there is no `return_token_ids`, so no token ids come back.
+
+The model's chat template is `TEMPLATE` (TinyLlama-1.1B-Chat's Zephyr turns, `</s>` written
+out, the BOS from `bos_token`). A completions prompt that is a chat rendered with it plus the
+start of the assistant's answer is that chat continued (the way a gateway fails a chat stream
+over through /v1/completions): answered as the simulator continues the assistant's turn, in
+completions chunks, clean of the stream faults. Only with exactly one BOS, as the chat route
+encodes the chat: CompletionRequest adds one unless `add_special_tokens` is false
+(openai_protocol.py), and a prompt may write one out; a prompt with none or two is no
+continuation, and gets a fresh answer.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -29,6 +39,33 @@ _OPENAI = {"model", "messages", "prompt", "frequency_penalty", "logit_bias", "lo
            "length_penalty", "stop_token_ids", "ignore_eos", "min_tokens",
            "skip_special_tokens", "truncate_prompt_tokens"}
 ALLOWED = _OPENAI | set(trtllm.TrtllmBackend.ACCEPTED_EXTRAS)
+
+TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}</s>\n"
+            "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+BOS = "<s>"
+_TURN = re.compile(r"<\|(\w+)\|>\n(.*?)</s>\n", re.S)
+_ANSWER = "<|assistant|>\n"
+
+
+def continued_chat(body: dict[str, Any]) -> dict[str, Any] | None:
+    """A completions body whose prompt is a chat rendered with TEMPLATE, one BOS, plus the
+    start of the answer: the simulator's chat body that continues that answer (vLLM's
+    `continue_final_message`); None for any other."""
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        return None
+    bos = prompt.startswith(BOS) + (body.get("add_special_tokens", True) is True)
+    rest = prompt.removeprefix(BOS)
+    messages = []
+    while m := _TURN.match(rest):
+        messages.append({"role": m.group(1), "content": m.group(2)})
+        rest = rest[m.end():]
+    if bos != 1 or not messages or not rest.startswith(_ANSWER) or rest == _ANSWER:
+        return None
+    messages.append({"role": "assistant", "content": rest.removeprefix(_ANSWER)})
+    chat = {k: v for k, v in body.items() if k not in ("prompt", "add_special_tokens")}
+    return {**chat, "messages": messages, "continue_final_message": True,
+            "add_generation_prompt": False}
 
 
 def _drop_none(v: Any) -> Any:
@@ -69,6 +106,11 @@ class TrtllmFake:
                         "body": _error(f"1 validation error: {bad[0]}: Extra inputs are not "
                                        "permitted" if "model" in data else "model: Field required")})
             return None
+        chat = continued_chat(data) if scope["path"] == "/v1/completions" else None
+        if chat is not None:
+            body = orjson.dumps(chat)
+            scope = {**scope, "path": "/v1/chat/completions",
+                     "raw_path": b"/v1/chat/completions"}
         sent = False
 
         async def replay() -> Message:
@@ -83,7 +125,7 @@ class TrtllmFake:
         async def rewrite(m: Message) -> None:
             if m["type"] == "http.response.body" and m.get("body", b"").startswith(b"data: {"):
                 m = dict(m)
-                m["body"] = b"".join(self._event(e, first) for e in
+                m["body"] = b"".join(self._event(e, first, chat is not None) for e in
                                      m["body"].split(b"\n\n") if e)
             await send(m)
 
@@ -91,10 +133,15 @@ class TrtllmFake:
         return None
 
     @staticmethod
-    def _event(event: bytes, first: list[bool]) -> bytes:
+    def _event(event: bytes, first: list[bool], as_completion: bool = False) -> bytes:
         if not event.startswith(b"data: {"):
             return event + b"\n\n"
         obj = _drop_none(orjson.loads(event[6:]))
+        if as_completion:  # CompletionStreamResponse: `text` where a chat chunk has `delta`
+            obj["object"] = "text_completion"
+            obj["id"] = "cmpl-" + obj["id"].removeprefix("chatcmpl-")
+            for c in obj["choices"]:
+                c["text"] = c.pop("delta", {}).get("content") or ""
         space = b" " if first[0] else b""
         first[0] = False
         return b"data: " + orjson.dumps(obj) + space + b"\n\n"

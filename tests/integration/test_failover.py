@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from simulator import chat, completions, directives, resume, settings
-from tests.fakes import tgi_fake, triton_fake
+from tests.fakes import tgi_fake, triton_fake, trtllm_fake
 from tests.integration import procs
 
 pytestmark = pytest.mark.integration
@@ -278,6 +278,56 @@ def test_a_chat_stream_cut_on_a_fake_worker_is_continued(tmp_path: Path, backend
         assert [c.choices[0].finish_reason for c in chunks
                 if c.choices and c.choices[0].finish_reason] == ["stop"]
         assert [c for c in chunks if c.usage is not None] == [chunks[-1]]
+    finally:
+        if gw is not None:
+            gw.stop()
+        for w in workers:
+            w.stop()
+
+
+@pytest.mark.parametrize("backend", ["trtllm", "openai"])
+def test_a_chat_stream_cut_on_a_completions_worker_is_continued(tmp_path: Path,
+                                                                backend: str) -> None:
+    """trtllm-serve's chat route cannot continue an assistant turn (openai_protocol.py
+    ChatCompletionRequest: no `continue_final_message`), nor can a plain OpenAI server: with
+    the model's `chat_template` the gateway asks the other worker's /v1/completions for the
+    chat rendered with it (generation prompt added) plus the text so far. Two trtllm-serve
+    fakes (tests/fakes/trtllm_fake.py: a rendered chat plus an answer's start is continued
+    only with the chat route's one BOS), the first cutting its stream after 4 tokens: the
+    chat.completion.chunk stream has the uncut answer once, one role, one finish and one
+    usage counting the answer as one."""
+    ports = [procs.free_port() for _ in range(2)]
+    workers = [procs.Proc([sys.executable, "-m", "tests.fakes.trtllm_fake", str(p)],
+                          tmp_path / f"w{p}.log") for p in ports]
+    sims = [f"http://127.0.0.1:{p}" for p in ports]
+    gw: procs.Proc | None = None
+    try:
+        for w, u in zip(workers, sims, strict=True):
+            w.wait_http(u + "/health")
+        gw, url = procs.gateway(tmp_path, orjson.dumps({
+            "server": {"failover_attempts": 1, "timeouts": {"first_byte": 5, "idle": 5}},
+            "default_model": "m", "models": [{
+                "name": "m", "backend": backend, "routing": "round_robin",
+                "upstream_model": "demo", "chat_template": trtllm_fake.TEMPLATE,
+                "upstreams": sims}]}).decode())
+        before = counts(sims)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=20)
+        chunks = list(client.chat.completions.create(
+            model="m", stream=True, stream_options={"include_usage": True}, max_tokens=30,
+            messages=[{"role": "user", "content": "go [[sim tokens=12 itl_ms=20 drop_after=4]]"}]))
+        assert both_served(sims, before)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        expected, prompt, completion = uncut(sims)
+        assert text == expected and len(text.split()) == 12
+        assert {c.object for c in chunks} == {"chat.completion.chunk"}
+        assert len({c.id for c in chunks}) == 1
+        assert len([c for c in chunks if c.choices and c.choices[0].delta.role]) == 1
+        assert [c.choices[0].finish_reason for c in chunks
+                if c.choices and c.choices[0].finish_reason] == ["stop"]
+        assert [c for c in chunks if c.usage is not None] == [chunks[-1]]
+        usage = chunks[-1].usage
+        assert usage is not None
+        assert (usage.prompt_tokens, usage.completion_tokens) == (prompt, completion)
     finally:
         if gw is not None:
             gw.stop()

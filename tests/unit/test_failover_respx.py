@@ -104,7 +104,8 @@ def test_each_backend_decides_what_it_can_continue() -> None:
         assert cont is not None and cont.prompts == ["Once upon"]
         assert cont.sampling.max_tokens == 4
         # vLLM (continue_final_message), TGI (a final assistant message is continued),
-        # Triton (the gateway renders the prompt); OpenAI and trtllm-serve have no way.
+        # Triton (the gateway renders the prompt); OpenAI and trtllm-serve only through
+        # their completions route with the model's chat template, which this one lacks.
         assert (b.continuation(chat, " x", 1) is not None) == (name in ("vllm", "tgi", "triton"))
     two = canonical.InferenceRequest(prompts=["a"], sampling=canonical.Sampling(n=2))
     tools = canonical.InferenceRequest(messages=[canonical.Message("user", "hi")],
@@ -143,17 +144,21 @@ async def test_streams_breaking_after_the_first_byte_count_toward_ejection() -> 
 @settings(max_examples=200, deadline=None)
 @given(chat=st.booleans(), prompts=st.integers(0, 2), ids=st.booleans(), n=st.integers(1, 2),
        tools=st.booleans(), echo=st.booleans(), best_of=st.sampled_from([None, 2]),
-       name=st.sampled_from(["vllm", "openai", "trtllm", "tgi", "triton"]))
+       name=st.sampled_from(["vllm", "openai", "trtllm", "tgi", "triton"]),
+       template=st.booleans(), max_tokens=st.sampled_from([None, 8]))
 def test_continues_says_what_continuation_does_without_making_a_request(
         chat: bool, prompts: int, ids: bool, n: int, tools: bool, echo: bool,
-        best_of: int | None, name: str) -> None:
+        best_of: int | None, name: str, template: bool, max_tokens: int | None) -> None:
     """Every stream asks `continues` (whether its progress is worth tracking); only a failover
-    asks `continuation`. They must agree for every request shape."""
+    asks `continuation`. They must agree for every request shape, with the model's chat
+    template or without (one that renders every chat)."""
     prompt: str | list[int] = [1, 2] if ids else "Once"
     req = canonical.InferenceRequest(
         messages=[canonical.Message("user", "hi")] if chat else None,
         prompts=None if chat else [prompt] * prompts, stream=True,
-        sampling=canonical.Sampling(n=n, best_of=best_of),
+        sampling=canonical.Sampling(n=n, best_of=best_of, max_tokens=max_tokens),
         tools=[canonical.ToolSpec("f")] if tools else None, echo=echo)
+    options = {"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"} \
+        if template else {}
     b = registry.backend(name)
-    assert b.continues(req) == (b.continuation(req, " upon", 1) is not None)
+    assert b.continues(req, options) == (b.continuation(req, " upon", 1, options) is not None)
