@@ -59,7 +59,7 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
     flow = pipeline.Pipeline(_Unstarted(), cfg.server)
     flow.on_failover = hooks.failover
     services = serving.Services(cfg, router, flow,
-                                keys=frozenset(cfg.server.api_keys), tracing=traces)
+                                keys=tuple(k.encode() for k in cfg.server.api_keys), tracing=traces)
     metrics.declare(router)
 
     @contextlib.asynccontextmanager

@@ -94,6 +94,17 @@ class ServerConfig(_Frozen):
     # OTEL_EXPORTER_OTLP_*ENDPOINT variable asks for an exporter (gateway/tracing.py).
     tracing: Literal["auto", "on", "off"] = "auto"
 
+    @field_validator("api_keys")
+    @classmethod
+    def _keys(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """Keys a client can send: none empty (an empty key would let in a request that sends
+        none, a missing header reading as ""), none with a blank at either end (not part of a
+        header's value, RFC 9110 section 5.5)."""
+        for i, key in enumerate(keys):
+            if not key or key != key.strip():
+                raise ValueError(f"[{i}] must be non-empty, without leading or trailing blanks")
+        return keys
+
 
 def _one_of(value: str, names: Mapping[str, object]) -> str:
     """A name the registry knows, refused in the words pydantic uses for a Literal."""

@@ -3,12 +3,14 @@ route's protocol; health and metrics stay open (SPEC.md `server.api_keys`; issue
 
 from __future__ import annotations
 
+import hmac
 from typing import Any
 
 import httpx
 import pytest
 
-from gateway import config
+from gateway import config, serving
+from schemas import errors
 from tests.fakes import hosts
 
 CFG = config.Config.model_validate({
@@ -71,3 +73,48 @@ async def test_health_and_metrics_stay_open(path: str) -> None:
 async def test_the_right_key_opens_status_routes(path: str) -> None:
     for headers in ({"authorization": "Bearer k1"}, {"x-api-key": "k1"}):
         assert (await ask("GET", path, None, headers)).status_code == 200
+
+
+@pytest.mark.parametrize("headers", [{"authorization": "Bearer k1"}, {"x-api-key": "k3"},
+                                     {"authorization": "Bearer k1x"}, {}],
+                         ids=["first-key", "last-key", "prefix", "none"])
+def test_every_key_is_compared_in_constant_time_with_no_early_exit(
+        monkeypatch: pytest.MonkeyPatch, headers: dict[str, str]) -> None:
+    """Python's `==` and a set lookup stop at the first differing byte, which lets response
+    timing reveal how much of a key was guessed; `hmac.compare_digest` does not (Python docs,
+    hmac.compare_digest). Each key is compared with both headers whichever matched, so the
+    time taken does not tell which key (or whether any) matched."""
+    calls: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def counted(a: bytes, b: bytes) -> bool:
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", counted)
+    keys = (b"k1", b"k2", b"k3")
+    try:
+        serving.check_key(keys, headers)
+        allowed = True
+    except errors.Unauthorized:
+        allowed = False
+    assert allowed == (headers.get("authorization") == "Bearer k1" or "x-api-key" in headers)
+    assert sorted(b for _, b in calls) == sorted(keys * 2)
+
+
+def test_a_key_is_matched_as_the_clients_bytes() -> None:
+    """A key outside ASCII: the client's UTF-8 bytes (read as latin-1 by the server) match the
+    configured text's UTF-8."""
+    key = "clé-✓"
+    sent = key.encode().decode("latin-1")
+    serving.check_key((key.encode(),), {"x-api-key": sent})
+    with pytest.raises(errors.Unauthorized):
+        serving.check_key((key.encode(),), {"x-api-key": "cle-?"})
+
+
+@pytest.mark.parametrize("keys", [[""], ["k1", ""], [" k1"], ["k1\t"]])
+def test_an_empty_or_blank_edged_key_is_a_config_error(keys: list[str]) -> None:
+    """An empty key would admit a request that sends no key at all (a missing header reads
+    as ""), so `server.api_keys: [""]` must not start a gateway that is silently open."""
+    with pytest.raises(ValueError, match="api_keys"):
+        config.Config.model_validate({"server": {"api_keys": keys}})
