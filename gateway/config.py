@@ -32,19 +32,26 @@ ENV_PREFIX = overrides.PREFIX
 
 
 def _base_url(url: str) -> str:
-    """An upstream base URL: http(s), a host, a port in 1-65535 when one is given."""
+    """An upstream base URL: http(s), a host, a port in 1-65535 when one is given. Errors show
+    it with its password masked (gateway.upstream.shown)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https"):
-        raise ValueError(f"{url!r} must start with http:// or https://")
+        raise ValueError(f"{_shown(url)!r} must start with http:// or https://")
     if not parts.hostname:
-        raise ValueError(f"{url!r} names no host")
+        raise ValueError(f"{_shown(url)!r} names no host")
     try:
         port = parts.port
     except ValueError:
         port = 0
     if port == 0 or (port is None and parts.netloc.endswith(":")):
-        raise ValueError(f"{url!r}: the port must be a number in 1-65535")
+        raise ValueError(f"{_shown(url)!r}: the port must be a number in 1-65535")
     return url.rstrip("/")
+
+
+def _shown(url: str) -> str:
+    from gateway import upstream  # the HTTP clients' module: imported only for an error
+
+    return upstream.shown(url)
 
 
 BaseUrl = Annotated[str, AfterValidator(_base_url)]

@@ -326,11 +326,9 @@ async def read_body(receive: Receive, headers: dict[str, str], server: config.Se
 
 
 def check_key(keys: tuple[bytes, ...], headers: dict[str, str]) -> None:
-    """`Authorization: <scheme> K` (a scheme of registry.AUTH_SCHEMES) or `x-api-key: K`,
-    when keys are set. Every key is compared with both, in constant time and with no early
-    exit, so that the answer's timing tells nothing of how much of a key was guessed; headers
-    were read as latin-1 (gateway.http_cycle), so `encode("latin-1")` gives the client's bytes.
-    Config refuses an empty key, so a missing header never matches."""
+    """`Authorization: <scheme> K` (registry.AUTH_SCHEMES) or `x-api-key: K`, when keys are
+    set: each key compared with both in constant time, no early exit (timing tells nothing of
+    a guess); latin-1 gives back the client's bytes (gateway.http_cycle). No key is empty."""
     if not keys:
         return
     scheme, _, token = headers.get("authorization", "").partition(" ")
