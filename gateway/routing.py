@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters import base, registry, tokens
+from adapters import base, chat_template, registry, tokens
 from gateway import balancer, board, config, tokenizer
 from schemas import canonical, errors
 
@@ -41,16 +41,25 @@ class Route:
 def chat_template_text(value: str | None, index: int) -> str | None:
     """`models[].chat_template`: inline Jinja2 text, or the path of a file that holds it
     (SPEC.md). A value without `{` cannot be a template, so it must name a readable file
-    (relative to the working directory); the file is read once, here: adapters do no I/O."""
-    if not value or "{" in value:
+    (relative to the working directory); the file is read once, here: adapters do no I/O.
+    Either is compiled now: a template that does not parse is a config error at startup, not
+    a 500 on every chat request to the model."""
+    if not value:
         return value
+    text = value
+    if "{" not in value:
+        try:
+            text = Path(value).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise config.ConfigError(
+                [f"models[{index}].chat_template: {value!r} is not a Jinja2 template and not a "
+                 f"readable file ({why})"]) from None
     try:
-        return Path(value).expanduser().read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise config.ConfigError(
-            [f"models[{index}].chat_template: {value!r} is not a Jinja2 template and not a "
-             f"readable file ({why})"]) from None
+        chat_template.compile_template(text)
+    except errors.GatewayError as exc:
+        raise config.ConfigError([f"models[{index}].chat_template: {exc.message}"]) from None
+    return text
 
 
 def file_problems(models: Any) -> list[str]:
