@@ -8,10 +8,12 @@ from typing import Any
 
 import httpx
 import pytest
+import respx
 
 from gateway import config, serving
 from schemas import errors
 from tests.fakes import hosts
+from tests.unit.test_pipeline_respx import call
 
 CFG = config.Config.model_validate({
     "server": {"api_keys": ["k1"]}, "default_model": "m",
@@ -118,3 +120,36 @@ def test_an_empty_or_blank_edged_key_is_a_config_error(keys: list[str]) -> None:
     as ""), so `server.api_keys: [""]` must not start a gateway that is silently open."""
     with pytest.raises(ValueError, match="api_keys"):
         config.Config.model_validate({"server": {"api_keys": keys}})
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", ["vllm", "trtllm", "triton", "tgi", "openai"])
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/generate"])
+async def test_the_clients_key_never_reaches_a_worker(backend: str, route: str) -> None:
+    """SPEC.md: `server.api_keys` guard the gateway's own routes; nothing says a client's key
+    is passed on, and a worker of one team must not learn another's key. Neither header, nor
+    the key under any other name, is in a request to any kind of worker."""
+    cfg = config.Config.model_validate({
+        "server": {"api_keys": ["k1-secret"]}, "default_model": "m",
+        "models": [{"name": "m", "backend": backend, "upstreams": ["http://w:8000"],
+                    "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"
+                    if backend == "triton" else None}]})
+    seen: list[httpx.Request] = []
+
+    def worker(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(503)
+
+    with respx.mock(assert_all_called=False) as r:
+        r.route(host="w").mock(side_effect=worker)
+        body = ({"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+                if route.startswith("/v1") else {"inputs": "hi"})
+        resp = await call(r, body, cfg, {"authorization": "Bearer k1-secret",
+                                         "x-api-key": "k1-secret"}, route)
+    assert resp.status_code >= 500 and b"k1-secret" not in resp.content
+    posts = [q for q in seen if q.method == "POST"]
+    assert posts
+    for q in posts:
+        assert "authorization" not in q.headers and "x-api-key" not in q.headers
+        assert b"k1-secret" not in b"".join(f"{k}{v}".encode() for k, v in q.headers.items())
+        assert b"k1-secret" not in q.content
