@@ -108,7 +108,8 @@ class Router:
             for name in (m.name, *m.aliases):
                 self._by_name[name] = route
         default = cfg.default_model or (cfg.models[0].name if cfg.models else None)
-        self.default = self.routes.get(default) if default else None
+        # an alias names its model here too (config accepts one as `default_model`)
+        self.default = self._by_name.get(default) if default else None
 
     def resolve(self, name: str | None) -> Route:
         if name is None or name == "":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import respx
@@ -15,6 +16,18 @@ from tests.unit.test_pipeline_respx import call, worker_ok
 
 DEFAULT, OTHER = "http://default:8000", "http://other:8000"
 CHAT = [{"role": "user", "content": "Hi"}]
+
+
+def completion_ok(request: httpx.Request) -> httpx.Response:
+    """vLLM's /v1/completions answer "Hello", whole or streamed as it was asked."""
+    choice = {"index": 0, "text": "Hello", "logprobs": None, "finish_reason": "length"}
+    usage = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    whole = {"id": "c", "object": "text_completion", "created": 1, "model": "m"}
+    if not orjson.loads(request.content).get("stream"):
+        return httpx.Response(200, json={**whole, "choices": [choice], "usage": usage})
+    chunks = [{**whole, "choices": [choice]}, {**whole, "choices": [], "usage": usage}]
+    sse = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    return httpx.Response(200, content=sse, headers={"content-type": "text/event-stream"})
 
 
 def two_models(other: str, **extra: Any) -> config.Config:
@@ -71,3 +84,21 @@ async def test_upstream_model_is_sent_exactly_as_configured(upstream_model: str)
                           two_models("other", upstream_model=upstream_model))
     assert resp.status_code == 200
     assert orjson.loads(other.calls.last.request.content)["model"] == upstream_model
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("path", ["/generate", "/invocations"])
+async def test_a_default_model_given_by_its_alias_is_that_model(path: str) -> None:
+    """Config accepts an alias as `default_model` (aliases are "further names that resolve to
+    this model", SPEC.md); requests naming no model went nowhere ("no `default_model`
+    configured", 404) and /health stayed 503."""
+    cfg = config.Config.model_validate({
+        "default_model": "chat", "models": [{"name": "other", "upstreams": [OTHER]},
+                                            {"name": "main", "aliases": ["chat"],
+                                             "upstreams": [DEFAULT]}]})
+    with respx.mock(assert_all_called=False) as r:
+        main = r.post(f"{DEFAULT}/v1/completions").mock(side_effect=completion_ok)
+        resp = await call(r, {"inputs": "Hi", "parameters": {"max_new_tokens": 2}}, cfg,
+                          path=path)
+    assert resp.status_code == 200, resp.text
+    assert main.call_count == 1
