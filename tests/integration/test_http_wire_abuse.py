@@ -40,7 +40,16 @@ def served(gw: Gateway) -> None:
 
 
 def requests_logged(gw: Gateway) -> int:
-    return sum(1 for r in gw.log_records() if r.get("event") == "request")
+    """The request lines logged so far, once no more are arriving: a request's line is
+    written just after its answer, so one answered a moment ago may still be on its way."""
+    count = -1
+    for _ in range(20):
+        now = sum(1 for r in gw.log_records() if r.get("event") == "request")
+        if now == count:
+            return now
+        count = now
+        time.sleep(0.15)
+    return count
 
 
 def refused(c: Conn) -> rawhttp.Response | None:
