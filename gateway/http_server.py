@@ -95,6 +95,7 @@ class Connection(asyncio.Protocol):
         self._head_size = 0
         self._hosts = 0  # Host header lines in the head being parsed
         self._coded = False  # it names a transfer coding other than chunked
+        self._framed = False  # it has a Transfer-Encoding field
         self._timer: deadline.Timeouts | None = None  # the one this connection is armed in
         self._paused = False
         self._closed = False
@@ -173,7 +174,7 @@ class Connection(asyncio.Protocol):
         self._headers = []
         self._head_size = 0
         self._hosts = 0
-        self._coded = False
+        self._coded = self._framed = False
         self._arm(self.server.head_timeout, self._head_timeout)
 
     def on_url(self, url: bytes) -> None:
@@ -191,8 +192,10 @@ class Connection(asyncio.Protocol):
         low = name.lower()
         if low == b"host":
             self._hosts += 1
-        elif low == b"transfer-encoding" and value.strip().lower() != b"chunked":
-            self._coded = True  # gzip, identity, ...: chunked is the only coding read here
+        elif low == b"transfer-encoding":
+            self._framed = True
+            if value.strip().lower() != b"chunked":
+                self._coded = True  # gzip, identity, ...: chunked is the only coding read here
         self._headers.append((low, value))
 
     def on_headers_complete(self) -> None:
@@ -206,9 +209,11 @@ class Connection(asyncio.Protocol):
         if self._hosts != 1 or self._coded:
             self._check_head()
         url = httptools.parse_url(self._url)
+        # RFC 9112 section 6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing
+        # (a 1.0 hop may not know chunked): answered, then the connection closed
+        keep = parser.should_keep_alive() and not (self._framed and version == "1.0")
         cycle = Cycle(self, parser.get_method().decode("ascii"), url.path or b"/",
-                      url.query or b"", self._headers, version,
-                      parser.should_keep_alive() and not self.server.draining)
+                      url.query or b"", self._headers, version, keep and not self.server.draining)
         self.parsing = cycle
         if self.current is None:
             self._start(cycle)

@@ -129,3 +129,21 @@ def test_an_echoed_request_id_is_the_clients_bytes_on_one_line(gw: Gateway) -> N
         c.send(b"GET /health HTTP/1.1\r\nHost: gw\r\nX-Request-Id: caf\xe9\t1\r\n\r\n")
         r = c.response("GET")
     assert r.header("x-request-id") == b"caf\xe9\t1".decode("latin-1")
+
+
+def test_an_http10_request_with_transfer_encoding_is_answered_then_closed(gw: Gateway) -> None:
+    """RFC 9112 section 6.1: a server that receives an HTTP/1.0 message with Transfer-Encoding
+    MUST treat its framing as faulty and close the connection after processing it, even when
+    the client asks to keep it alive (an HTTP/1.0 hop in front may have framed it otherwise)."""
+    raw = (f"POST {CHAT} HTTP/1.0\r\nConnection: keep-alive\r\n"
+           "Transfer-Encoding: chunked\r\n\r\n").encode() + chunked(BODY)
+    with Conn(gw.addr) as c:
+        c.send(raw + NEXT)
+        r = c.response()
+        assert r.status == 200 and json.loads(r.body)["choices"]
+        assert r.header("connection") == "close"
+        assert c.buf == b"" and c.closed_by_peer(2.0)
+    with Conn(gw.addr) as c:  # with Content-Length, HTTP/1.0 keep-alive still holds
+        c.send(request("POST", CHAT, BODY, {"Connection": "keep-alive"}, "HTTP/1.0") + NEXT)
+        assert c.response().header("connection") == "keep-alive"
+        assert c.response("GET").status == 200
