@@ -147,3 +147,17 @@ def test_an_http10_request_with_transfer_encoding_is_answered_then_closed(gw: Ga
         c.send(request("POST", CHAT, BODY, {"Connection": "keep-alive"}, "HTTP/1.0") + NEXT)
         assert c.response().header("connection") == "keep-alive"
         assert c.response("GET").status == 200
+
+
+@pytest.mark.parametrize("target", [CHAT + "/", "/predictions/demo/?x=1"])
+def test_a_slash_redirect_never_names_the_clients_host(gw: Gateway, target: str) -> None:
+    """Starlette's redirect_slashes built the 307's Location from the Host header, so a
+    client (or a poisoned cache in front) got `Location: http://evil.example/...`; a relative
+    reference (RFC 9110 section 10.2.2) sends it to the same origin whatever Host said."""
+    with Conn(gw.addr) as c:
+        c.send(request("POST", target, BODY).replace(b"Host: gateway.test",
+                                                      b"Host: evil.example"))
+        r = c.response()
+    assert r.status == 307
+    assert r.header("location") == target.replace("/?", "?").rstrip("/")
+    assert "evil" not in (r.header("location") or "") and r.header("x-request-id")
