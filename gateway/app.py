@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -59,7 +60,7 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
     flow = pipeline.Pipeline(_Unstarted(), cfg.server)
     flow.on_failover = hooks.failover
     services = serving.Services(cfg, router, flow,
-                                keys=frozenset(cfg.server.api_keys), tracing=traces)
+                                keys=tuple(k.encode() for k in cfg.server.api_keys), tracing=traces)
     metrics.declare(router)
 
     @contextlib.asynccontextmanager
@@ -107,6 +108,7 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
     routes.append(Route("/metrics", _Asgi(metrics_route), methods=["GET"]))
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={404: no_route, 405: no_route})
+    app.router.redirect_slashes = False  # no_route redirects, without the client's Host
     app.state.services = services
     return FastPaths(app, routes, lifespan)
 
@@ -118,6 +120,8 @@ async def no_route(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     extra = dict(exc.headers or {})  # a 405's Allow
     extra["x-request-id"] = request.headers.get("x-request-id") or http_cycle.new_id()  # SPEC.md
+    if exc.status_code == 404 and (twin := _slash_twin(request)) is not None:
+        return Response(status_code=307, headers={**extra, "location": twin})
     make = registry.errors_for(request.url.path)
     if make is None:
         return PlainTextResponse(exc.detail, exc.status_code, headers=extra)
@@ -135,6 +139,22 @@ async def no_route(request: Request, exc: Exception) -> Response:
     out = make().render_error(refusal)
     return Response(out.body, out.status, headers={**out.headers, **extra},
                     media_type=out.media_type)
+
+
+def _slash_twin(request: Request) -> str | None:
+    """The path with its trailing slash dropped or added when a route takes that one instead,
+    as Starlette's redirect_slashes finds it, but as a relative reference (RFC 9110 section
+    10.2.2): Starlette builds an absolute URL from the client's Host header, so any Host
+    (`evil.example`) came back as the redirect's target."""
+    path = request.scope["path"]
+    twin = path.rstrip("/") if path.endswith("/") else path + "/"
+    if not twin or twin == path:
+        return None
+    scope = {**request.scope, "path": twin}
+    if not any(r.matches(scope)[0] != Match.NONE for r in request.app.router.routes):
+        return None
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    return urllib.parse.quote(twin) + (f"?{query}" if query else "")
 
 
 class FastPaths:

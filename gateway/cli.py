@@ -25,7 +25,7 @@ def parser() -> argparse.ArgumentParser:
                                        "by a managed simulator worker.")
     serve.add_argument("--config", help="YAML config file (default: the embedded demo config)")
     serve.add_argument("--host", help="listen address (overrides server.host)")
-    serve.add_argument("--port", type=int, help="listen port (overrides server.port)")
+    serve.add_argument("--port", type=port_arg, help="listen port (overrides server.port)")
     serve.add_argument("--workers", type=workers_arg,
                        help="serving processes on the port: N or auto (overrides server.workers)")
     serve.add_argument("--log-level", default="info",
@@ -39,6 +39,14 @@ def parser() -> argparse.ArgumentParser:
                          description=worker.SUMMARY)
     simulator.add_arguments(sim)
     return p
+
+
+def port_arg(text: str) -> int:
+    """A TCP port, 0-65535 (0: any free port), as server.port takes: the socket layer would
+    take 70000 as 70000 mod 65536 and listen on another port than the one asked for."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number in 0-65535")
+    return int(text)
 
 
 def workers_arg(text: str) -> int | str:
@@ -138,9 +146,13 @@ def serve(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         _log_report(source, exc.problems, [])
         return 1
-    if count > 1:
-        return processes.serve(cfg, count, args.log_level)
-    return processes.server(application, server).run()
+    try:
+        if count > 1:
+            return processes.serve(cfg, count, args.log_level)
+        return processes.server(application, server).run()
+    except OSError as exc:  # the address: in use, not this host's, not a host at all
+        log.error("serve_failed", host=server.host, port=server.port, error=str(exc))
+        return 1
 
 
 if __name__ == "__main__":

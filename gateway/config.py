@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
@@ -32,19 +33,29 @@ ENV_PREFIX = overrides.PREFIX
 
 
 def _base_url(url: str) -> str:
-    """An upstream base URL: http(s), a host, a port in 1-65535 when one is given."""
+    """An upstream base URL: http(s), a host, a port in 1-65535 when one is given. Errors show
+    it with its password masked (gateway.upstream.shown)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https"):
-        raise ValueError(f"{url!r} must start with http:// or https://")
+        raise ValueError(f"{_shown(url)!r} must start with http:// or https://")
     if not parts.hostname:
-        raise ValueError(f"{url!r} names no host")
+        raise ValueError(f"{_shown(url)!r} names no host")
     try:
         port = parts.port
     except ValueError:
         port = 0
     if port == 0 or (port is None and parts.netloc.endswith(":")):
-        raise ValueError(f"{url!r}: the port must be a number in 1-65535")
+        raise ValueError(f"{_shown(url)!r}: the port must be a number in 1-65535")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        # the worker's route is appended to the base URL: `?x=1` would end up before it
+        raise ValueError(f"{_shown(url)!r}: a base URL takes no query or fragment")
     return url.rstrip("/")
+
+
+def _shown(url: str) -> str:
+    from gateway import upstream  # the HTTP clients' module: imported only for an error
+
+    return upstream.shown(url)
 
 
 BaseUrl = Annotated[str, AfterValidator(_base_url)]
@@ -52,6 +63,18 @@ BaseUrl = Annotated[str, AfterValidator(_base_url)]
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_a_bool(cls, value: Any, info: ValidationInfo) -> Any:
+        """A YAML boolean (`true`, `yes`, `on`) where a number belongs is a mistake that
+        pydantic's lax mode would take as 1 or 0 (`max_concurrent_requests: yes`: one
+        request at a time)."""
+        if isinstance(value, bool) and info.field_name is not None:
+            kind = cls.model_fields[info.field_name].annotation
+            if kind in (int, float) or (isinstance(kind, str) and kind in ("int", "float")):
+                raise ValueError(f"a number is required, not the YAML boolean {str(value).lower()}")
+        return value
 
 
 class Timeouts(_Frozen):
@@ -94,6 +117,31 @@ class ServerConfig(_Frozen):
     # OTEL_EXPORTER_OTLP_*ENDPOINT variable asks for an exporter (gateway/tracing.py).
     tracing: Literal["auto", "on", "off"] = "auto"
 
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, value: Any) -> Any:
+        """One message naming what is taken, not pydantic's one per member of the union."""
+        if value == "auto" or (type(value) is int and value >= 1):
+            return value
+        raise PydanticCustomError("workers", "must be a whole number of at least 1, or auto")
+
+    @field_validator("tracing", mode="before")
+    @classmethod
+    def _switch(cls, value: Any) -> Any:
+        """YAML 1.1 (PyYAML) reads a bare `on` / `off` as a boolean: the words meant."""
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """Keys a client can send: none empty (an empty key would let in a request that sends
+        none, a missing header reading as ""), none with a blank at either end (not part of a
+        header's value, RFC 9110 section 5.5)."""
+        for i, key in enumerate(keys):
+            if not key or key != key.strip():
+                raise ValueError(f"[{i}] must be non-empty, without leading or trailing blanks")
+        return keys
+
 
 def _one_of(value: str, names: Mapping[str, object]) -> str:
     """A name the registry knows, refused in the words pydantic uses for a Literal."""
@@ -123,6 +171,14 @@ class ModelFields(_Frozen):
     @classmethod
     def _backend(cls, v: str) -> str:
         return _one_of(v, registry.BACKENDS)
+
+    @field_validator("upstreams")
+    @classmethod
+    def _distinct(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        """Each worker once: one listed twice would be one health record under two balancer
+        slots. Taken as listed once (a config that repeats a worker to weight it, as nginx's
+        upstream block allows, still starts; the balancer weighs by load instead)."""
+        return tuple(dict.fromkeys(urls))
 
     def protocol_options(self) -> dict[str, BaseModel]:
         """The protocols' options sections of this model, by key."""
@@ -168,7 +224,7 @@ class ConfigFields(_Frozen):
 
 def reference_problems(raw: Any) -> list[str]:
     """Every broken cross-reference (duplicate names or aliases, `default_model`,
-    `workers[].model`), read from plain data however malformed the rest of it is, so that
+    `workers[].model`, two workers on one port), read from plain data however malformed the rest of it is, so that
     one run reports them beside the field errors."""
     raw = raw if isinstance(raw, dict) else {}
     models = raw.get("models") if isinstance(raw.get("models"), list | tuple) else []
@@ -188,10 +244,19 @@ def reference_problems(raw: Any) -> list[str]:
     if isinstance(default, str) and default not in names:
         problems.append(f"default_model: {default!r} is not a model name")
     workers = raw.get("workers") if isinstance(raw.get("workers"), list | tuple) else []
+    ports: dict[tuple[Any, int], int] = {}  # a second worker on one port could never listen
     for i, w in enumerate(workers):
-        model = w.get("model") if isinstance(w, dict) else None
+        w = w if isinstance(w, dict) else {}
+        model = w.get("model")
         if isinstance(model, str) and model not in names:
             problems.append(f"workers[{i}].model: {model!r} is not a model name")
+        port = w.get("port")
+        if type(port) is int and port:
+            where = (w.get("host", "127.0.0.1"), port)
+            if where in ports:
+                problems.append(f"workers[{i}].port: {port} is already used by "
+                                f"workers[{ports[where]}]")
+            ports.setdefault(where, i)
     return problems
 
 
@@ -257,12 +322,32 @@ def load_config(path: str | Path | None, environ: Mapping[str, str],
     return cfg
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in one mapping is an error (YAML 1.2
+    section 3.2.1.1: keys are unique); PyYAML keeps the last one silently, so a second
+    `server:` section would drop the first without a word. Merge keys (`<<`) may still be
+    overridden, as YAML's merge type allows."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, str | int | float | bool) or key is None:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def read_file(path: str | Path) -> dict[str, Any]:
     """The file's top-level mapping; YAML errors carry their line and column (PyYAML's mark
     names the stream, `<unicode string>` for text, so the mark is rendered here)."""
     try:
         with open(path, encoding="utf-8") as f:
-            raw = yaml.safe_load(f) or {}
+            raw = yaml.load(f, Loader=_UniqueKeys) or {}  # a SafeLoader
     except OSError as exc:
         raise ConfigError([exc.strerror or str(exc)]) from None
     except UnicodeDecodeError:

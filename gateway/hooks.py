@@ -5,35 +5,39 @@ runs through the metrics and logs modules."""
 
 from __future__ import annotations
 
-from gateway import metrics, observability
+from gateway import metrics, observability, upstream
 
 
 def ejected(model: str, url: str, backoff: float) -> None:
     """An upstream left rotation after failing in a row (or failing its half-open trial)."""
     metrics.ejected(model, url)
-    observability.logger().warning("upstream_ejected", model=model, upstream=url,
+    observability.logger().warning("upstream_ejected", model=model, upstream=upstream.shown(url),
                                    backoff_s=round(backoff, 3))
 
 
 def restored(model: str, url: str) -> None:
     """An ejected upstream passed its half-open trial and is back in rotation."""
     metrics.restored(model, url)
-    observability.logger().info("upstream_restored", model=model, upstream=url)
+    observability.logger().info("upstream_restored", model=model,
+                                upstream=upstream.shown(url))
 
 
 def probe_changed(model: str, url: str, ok: bool) -> None:
     """An active probe found an upstream up or down (only changes are reported)."""
     (metrics.restored if ok else metrics.ejected)(model, url)
     log = observability.logger()
-    (log.info if ok else log.warning)("upstream_probe", model=model, upstream=url, healthy=ok)
+    (log.info if ok else log.warning)("upstream_probe", model=model, upstream=upstream.shown(url),
+                                      healthy=ok)
 
 
 def failover(model: str, failed: str, to: str | None, tokens_so_far: int) -> None:
     """A stream cut after its first byte was continued on `to` (None: it could not be)."""
     if to is not None:
         metrics.failover(model, to)
-    observability.logger().warning("stream_failover", model=model, upstream=failed,
-                                   continued=to is not None, to=to, tokens_so_far=tokens_so_far)
+    observability.logger().warning("stream_failover", model=model, upstream=upstream.shown(failed),
+                                   continued=to is not None,
+                                   to=to if to is None else upstream.shown(to),
+                                   tokens_so_far=tokens_so_far)
 
 
 class Events:

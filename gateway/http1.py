@@ -13,10 +13,11 @@ does. Closing a response whose body is unfinished closes its connection: the wor
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 from collections import defaultdict
 from typing import Protocol
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httptools
 
@@ -257,21 +258,30 @@ class Http1Client:
         """(origin, path, header lines) of a URL, parsed once per URL; a URL no request can
         go to is a permanent error, tried once (issue 12), as `upstream.map_errors` says.
         The lines are Host and `accept-encoding: identity`: without it any coding is
-        acceptable (RFC 9110 12.5.3), and the decoders read the worker's bytes as they are."""
+        acceptable (RFC 9110 12.5.3), and the decoders read the worker's bytes as they are.
+        Userinfo (`http://user:pass@host`) is never part of Host (RFC 9110 section 7.2: its
+        value is uri-host and port; 4.2.4: a sender MUST NOT generate userinfo in a field);
+        it becomes Basic credentials (RFC 7617) sent to that worker only, as httpx, aiohttp
+        and curl send a URL's userinfo."""
         known = self._targets.get(url)
         if known is None:
             try:
                 parts = urlsplit(url)
                 port = parts.port
             except ValueError as exc:
-                raise errors.UpstreamError(upstream.BAD_URL, detail=f"{url}: {exc}") from None
+                raise errors.UpstreamError(upstream.BAD_URL,
+                                           detail=f"{upstream.shown(url)}: {exc}") from None
             if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise errors.UpstreamError(upstream.BAD_URL, detail=url)
+                raise errors.UpstreamError(upstream.BAD_URL, detail=upstream.shown(url))
             tls = parts.scheme == "https"
             port = port or (443 if tls else 80)
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            known = ((parts.hostname or "", port, tls), path.encode(),
-                     f"host: {parts.netloc}\r\naccept-encoding: identity\r\n".encode())
+            userinfo, _, authority = parts.netloc.rpartition("@")
+            lines = f"host: {authority}\r\naccept-encoding: identity\r\n".encode()
+            if userinfo:
+                lines += b"authorization: Basic %s\r\n" % base64.b64encode(
+                    f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode())
+            known = ((parts.hostname or "", port, tls), path.encode(), lines)
             if len(self._targets) < 4096:
                 self._targets[url] = known
         return known

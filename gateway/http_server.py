@@ -11,13 +11,14 @@ paths from `FastPaths.native`, path-parameter routes by `FastPaths.match` (Starl
 matching); everything else (404/405, /metrics) goes to the Starlette app as plain ASGI.
 Behaviour at the wire: keep-alive and pipelining (requests answered in order), `Expect:
 100-continue`, chunked and Content-Length bodies (both at once: 400; another transfer coding:
-501), HTTP/1.0 (close-delimited streams), HEAD, a 400 for an HTTP/1.1 request without exactly one
-Host, a 414 for a request target past `MAX_URL_BYTES`, a 431 for a head past `MAX_HEAD_BYTES`,
-a field past `MAX_FIELD_BYTES` or more than `MAX_HEADERS` fields, a 408 for a head not in within
-`timeouts.request_read`, an idle keep-alive connection closed after `timeouts.keep_alive`, and
-writes that wait for a slow reader (transport flow control) instead of buffering without bound.
-Nothing after a request that ends the connection is read as a request (RFC 9112 section 9.6),
-and bytes that do not parse never cut an answer under way: it is finished first, then the 400.
+501), HTTP/1.0 (close-delimited streams), HEAD, a 505 for any other version, a 400 for an
+HTTP/1.1 request without exactly one Host, a 414 for a request target past `MAX_URL_BYTES`, a
+431 for a head past `MAX_HEAD_BYTES`, a field past `MAX_FIELD_BYTES` or more than `MAX_HEADERS`
+fields, a 408 for a head not in within `timeouts.request_read`, an idle keep-alive connection
+closed after `timeouts.keep_alive`, and writes that wait for a slow reader (transport flow
+control) instead of buffering without bound. Nothing after a request that ends the connection
+is read as a request (RFC 9112 section 9.6), and bytes that do not parse never cut an answer
+under way: it is finished first, then the 400.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class Connection(asyncio.Protocol):
         self._head_size = 0
         self._hosts = 0  # Host header lines in the head being parsed
         self._coded = False  # it names a transfer coding other than chunked
+        self._framed = False  # it has a Transfer-Encoding field
         self._timer: deadline.Timeouts | None = None  # the one this connection is armed in
         self._paused = False
         self._closed = False
@@ -172,7 +174,7 @@ class Connection(asyncio.Protocol):
         self._headers = []
         self._head_size = 0
         self._hosts = 0
-        self._coded = False
+        self._coded = self._framed = False
         self._arm(self.server.head_timeout, self._head_timeout)
 
     def on_url(self, url: bytes) -> None:
@@ -190,19 +192,28 @@ class Connection(asyncio.Protocol):
         low = name.lower()
         if low == b"host":
             self._hosts += 1
-        elif low == b"transfer-encoding" and value.strip().lower() != b"chunked":
-            self._coded = True  # gzip, identity, ...: chunked is the only coding read here
+        elif low == b"transfer-encoding":
+            self._framed = True
+            if value.strip().lower() != b"chunked":
+                self._coded = True  # gzip, identity, ...: chunked is the only coding read here
         self._headers.append((low, value))
 
     def on_headers_complete(self) -> None:
         self._disarm()
         parser = self.parser
+        version = parser.get_http_version()
+        if version != "1.1" and version != "1.0":
+            # RFC 9110 section 15.6.6: llhttp passes `HTTP/2.0` and `HTTP/0.9` request lines,
+            # which no client of HTTP/1.x framing sends; they are not served as HTTP/1.0
+            raise _Refused(505, "HTTP Version Not Supported")
         if self._hosts != 1 or self._coded:
             self._check_head()
         url = httptools.parse_url(self._url)
+        # RFC 9112 section 6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing
+        # (a 1.0 hop may not know chunked): answered, then the connection closed
+        keep = parser.should_keep_alive() and not (self._framed and version == "1.0")
         cycle = Cycle(self, parser.get_method().decode("ascii"), url.path or b"/",
-                      url.query or b"", self._headers, parser.get_http_version(),
-                      parser.should_keep_alive() and not self.server.draining)
+                      url.query or b"", self._headers, version, keep and not self.server.draining)
         self.parsing = cycle
         if self.current is None:
             self._start(cycle)

@@ -71,7 +71,10 @@ class Server:
                 async with self._listening(sockets):
                     await self._stop.wait()
                 await self._drain()
-        except Exception as exc:  # startup failed (a worker that never came up, a bad port)
+        except OSError as exc:  # the address: in use, not this host's; one line, no traceback
+            log.error("serve_failed", host=self.cfg.host, port=self.cfg.port, error=str(exc))
+            return 1
+        except Exception as exc:  # startup failed (a worker that never came up): a bug's trace
             log.error("serve_failed", error=str(exc), exc_info=exc)
             return 1
         finally:

@@ -35,6 +35,8 @@ from urllib.parse import urlsplit
 import prometheus_client as prom
 from prometheus_client import multiprocess
 
+from gateway import upstream as upstream_url
+
 if TYPE_CHECKING:
     from gateway.routing import Router
 
@@ -102,6 +104,9 @@ UPSTREAM_HEALTHY = prom.Gauge("gateway_upstream_healthy",
                               [MODEL, "upstream"], registry=REGISTRY,
                               multiprocess_mode="livemostrecent")
 
+# Upstream labels as logs show them too: a password in a URL's userinfo masked (/metrics is
+# open even when API keys are set).
+shown = upstream_url.shown
 _listed: set[tuple[str, str]] = set()
 _children: dict[tuple[object, tuple[str, ...]], Any] = {}
 _dirty: list[Any] = []  # series changed in this turn of the event loop
@@ -238,28 +243,28 @@ def status_class(status: int) -> str:
 
 
 def attempt(model: str, upstream: str, error_type: str = "") -> None:
-    child(ATTEMPTS, model, upstream, error_type).inc()
+    child(ATTEMPTS, model, shown(upstream), error_type).inc()
 
 
 def retry(model: str, upstream: str) -> None:
     """An attempt on `upstream` after an earlier attempt of the same request failed."""
-    child(RETRIES, model, upstream).inc()
+    child(RETRIES, model, shown(upstream)).inc()
 
 
 def failover(model: str, upstream: str) -> None:
     """A stream that broke mid-way is continued on `upstream` (routing calls this)."""
-    child(FAILOVERS, model, upstream).inc()
+    child(FAILOVERS, model, shown(upstream)).inc()
 
 
 def ejected(model: str, upstream: str) -> None:
     """`upstream` leaves the rotation after failures (routing calls this)."""
-    EJECTIONS.labels(model, upstream).inc()
-    UPSTREAM_HEALTHY.labels(model, upstream).set(0)
+    EJECTIONS.labels(model, shown(upstream)).inc()
+    UPSTREAM_HEALTHY.labels(model, shown(upstream)).set(0)
 
 
 def restored(model: str, upstream: str) -> None:
     """An ejected `upstream` is back in rotation (routing calls this)."""
-    UPSTREAM_HEALTHY.labels(model, upstream).set(1)
+    UPSTREAM_HEALTHY.labels(model, shown(upstream)).set(1)
 
 
 def declare(router: Router) -> None:
@@ -270,7 +275,7 @@ def declare(router: Router) -> None:
         IN_FLIGHT.labels(route.name)
         for url in route.upstreams.all:
             for counter in (RETRIES, FAILOVERS, EJECTIONS):
-                counter.labels(route.name, url)
+                counter.labels(route.name, shown(url))
     refresh_upstreams(router)
 
 
@@ -278,8 +283,9 @@ def refresh_upstreams(router: Router) -> None:
     """Health of every listed upstream; upstreams no longer listed (a worker pod gone from
     DNS, a stopped managed worker) lose their series, so churn does not pile them up."""
     flush()  # before any series is dropped
-    listed = {(r.name, url) for r in router.routes.values() for url in r.upstreams.all}
-    serving = {(r.name, url) for r in router.routes.values() for url in r.upstreams.in_service()}
+    listed = {(r.name, shown(url)) for r in router.routes.values() for url in r.upstreams.all}
+    serving = {(r.name, shown(url)) for r in router.routes.values()
+               for url in r.upstreams.in_service()}
     for key in listed - _listed:  # managed workers and DNS-found pods from their listing on
         for counter in (RETRIES, FAILOVERS, EJECTIONS):
             counter.labels(*key)

@@ -143,7 +143,7 @@ class Pipeline:
         url = order[job.tries % len(order)]
         job.tries += 1
         note.attempts += 1
-        note.upstream = url
+        note.upstream = upstream.shown(url)  # the log line's: no password
         ticket = ups.begin(url)
         try:
             opened = await self._once(job, url)
@@ -157,7 +157,7 @@ class Pipeline:
                 # consecutive_5xx, which any other answer resets)
                 ups.succeeded(url, ticket)
             if isinstance(exc, errors.GatewayError):
-                note.errors.append(f"{url}: {exc.message}"
+                note.errors.append(f"{upstream.shown(url)}: {exc.message}"
                                    + (f" ({exc.detail})" if exc.detail else ""))
                 if note.observer is not None:
                     note.observer.end(url, exc)

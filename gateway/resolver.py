@@ -7,7 +7,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import urlsplit, urlunsplit
 
-from gateway import balancer, observability
+from gateway import balancer, observability, upstream
 
 Lookup = Callable[[str, int], Awaitable[list[str]]]
 
@@ -26,9 +26,12 @@ async def lookup(host: str, port: int) -> list[str]:
 
 
 def expand(url: str, addresses: list[str]) -> list[str]:
+    """One URL per address, each with the name's port and userinfo (its credentials)."""
     parts = urlsplit(url)
     port = f":{parts.port}" if parts.port else ""
-    return [urlunsplit(parts._replace(netloc=(f"[{a}]" if ":" in a else a) + port))
+    userinfo = parts.netloc.rpartition("@")[0]
+    user = f"{userinfo}@" if userinfo else ""
+    return [urlunsplit(parts._replace(netloc=user + (f"[{a}]" if ":" in a else a) + port))
             for a in addresses]
 
 
@@ -42,7 +45,8 @@ async def refresh(sets: Iterable[balancer.Upstreams], find: Lookup = lookup) -> 
             if addresses:
                 ups.resolved(url, expand(url, addresses))
             else:
-                observability.logger().warning("upstream_unresolved", upstream=url)
+                observability.logger().warning("upstream_unresolved",
+                                                 upstream=upstream.shown(url))
 
 
 async def refresh_forever(sets: list[balancer.Upstreams], period: float,

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from adapters import base, registry, tokens
+from adapters import base, chat_template, registry, tokens
 from gateway import balancer, board, config, tokenizer
 from schemas import canonical, errors
 
@@ -44,16 +44,25 @@ class Route:
 def chat_template_text(value: str | None, index: int) -> str | None:
     """`models[].chat_template`: inline Jinja2 text, or the path of a file that holds it
     (SPEC.md). A value without `{` cannot be a template, so it must name a readable file
-    (relative to the working directory); the file is read once, here: adapters do no I/O."""
-    if not value or "{" in value:
+    (relative to the working directory); the file is read once, here: adapters do no I/O.
+    Either is compiled now: a template that does not parse is a config error at startup, not
+    a 500 on every chat request to the model."""
+    if not value:
         return value
+    text = value
+    if "{" not in value:
+        try:
+            text = Path(value).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise config.ConfigError(
+                [f"models[{index}].chat_template: {value!r} is not a Jinja2 template and not a "
+                 f"readable file ({why})"]) from None
     try:
-        return Path(value).expanduser().read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise config.ConfigError(
-            [f"models[{index}].chat_template: {value!r} is not a Jinja2 template and not a "
-             f"readable file ({why})"]) from None
+        chat_template.compile_template(text)
+    except errors.GatewayError as exc:
+        raise config.ConfigError([f"models[{index}].chat_template: {exc.message}"]) from None
+    return text
 
 
 def model_dir_template(m: config.ModelConfig, workers: Iterable[config.WorkerConfig]
@@ -133,7 +142,8 @@ class Router:
             for name in (m.name, *m.aliases):
                 self._by_name[name] = route
         default = cfg.default_model or (cfg.models[0].name if cfg.models else None)
-        self.default = self.routes.get(default) if default else None
+        # an alias names its model here too (config accepts one as `default_model`)
+        self.default = self._by_name.get(default) if default else None
 
     def resolve(self, name: str | None) -> Route:
         if name is None or name == "":

@@ -48,6 +48,26 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+# Words of a flag whose value is a credential (vLLM's `--api-key`, `--hf-token`), not a
+# path or a count (`--tokenizer`, `--ssl-keyfile`).
+_SECRET_WORDS = frozenset({"key", "token", "secret", "password", "apikey"})
+
+
+def shown(argv: list[str]) -> list[str]:
+    """A worker's command line as its log line shows it: the value of a credential flag
+    (`--api-key X` or `--api-key=X`) masked, the rest as run."""
+    out: list[str] = []
+    masking = False
+    for arg in argv:
+        flag, eq, _ = arg.partition("=")
+        words = flag.lstrip("-").lower().replace("_", "-").split("-")
+        secret = arg.startswith("-") and not _SECRET_WORDS.isdisjoint(words)
+        out.append("***" if masking and not arg.startswith("-")
+                   else f"{flag}=***" if secret and eq else arg)
+        masking = secret and not eq
+    return out
+
+
 class ManagedWorker:
     """One configured worker process and its life cycle."""
 
@@ -111,7 +131,7 @@ class ManagedWorker:
             *self.command(), env=self.environment(), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             start_new_session=True, preexec_fn=die_with_parent)
-        self._log.info("worker_started", pid=self.proc.pid, command=self.command())
+        self._log.info("worker_started", pid=self.proc.pid, command=shown(self.command()))
         self.healthy_since = None
         pump = asyncio.ensure_future(self._pump(self.proc))
         gate = asyncio.ensure_future(self._gate(time.monotonic() + self.cfg.startup_timeout))

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gateway import metrics, tracing
+from gateway import metrics, tracing, upstream
 from schemas import canonical, errors
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class Watch:
                 "gen_ai.operation.name": self.operation,
                 "gen_ai.request.model": self._upstream_model,
                 "gen_ai.provider.name": self.provider, "server.address": host, "server.port": port,
-                "url.full": url})
+                "url.full": upstream.shown(url)})
         carrier: dict[str, str] = {}
         _W3C.inject(carrier, context=otel.set_span_in_context(self._attempt_span))
         return carrier

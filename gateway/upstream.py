@@ -10,14 +10,33 @@ Foreign exceptions are translated once, here: before the status line they are
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
 
 from adapters import base
 from schemas import errors
+
+
+def shown(url: str) -> str:
+    """An upstream URL as logs, metrics labels, spans and error details show it: a password
+    in its userinfo masked (RFC 9110 section 4.2.4 deprecates userinfo in http URLs for its
+    risk of exposing it; as httpx's URL repr masks it). Only the HTTP client sees
+    the URL as configured."""
+    return url if "@" not in url else _masked(url)
+
+
+@functools.lru_cache(maxsize=1024)
+def _masked(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{parts.username}:***@{host}").geturl()
 
 
 class UpstreamResponse(Protocol):

@@ -22,6 +22,19 @@ from __future__ import annotations
 
 from typing import Any
 
+# A message quotes what it is about (a model name, a field, a path, a worker's own words): past
+# this many characters its middle is cut, so that a client's 1 MB model name is echoed whole
+# neither into its error body nor into the request's log line.
+MAX_TEXT = 1024
+
+
+def bounded(text: str, limit: int = MAX_TEXT) -> str:
+    """`text`, or its first and last parts around ` ... ` when it is longer than `limit`."""
+    if len(text) <= limit:
+        return text
+    half = (limit - 5) // 2
+    return f"{text[:half]} ... {text[-half:]}"
+
 
 class GatewayError(Exception):
     """Base: carries the HTTP status a client protocol renders by default.
@@ -34,10 +47,12 @@ class GatewayError(Exception):
 
     def __init__(self, message: str, *, field: str | None = None, status: int | None = None,
                  detail: str | None = None):
+        message = bounded(message)
         super().__init__(message)
         self.message = message  # what the client reads: never an address, class name or body
         self.field = field
-        self.detail = detail  # what only the request's log line gets (worker address, body)
+        # what only the request's log line gets (worker address, body)
+        self.detail = detail if detail is None else bounded(detail)
         if status is not None:
             self.status = status
 
@@ -81,7 +96,7 @@ class NoRoute(RequestError):
     def __init__(self, message: str, *, method: str = "", uri: str = "", allowed: str = "",
                  **kwargs: Any):
         super().__init__(message, **kwargs)
-        self.method, self.uri, self.allowed = method, uri, allowed
+        self.method, self.uri, self.allowed = method, bounded(uri), allowed
 
 
 class MethodNotAllowed(NoRoute):

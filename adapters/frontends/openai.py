@@ -51,7 +51,9 @@ class OpenAIChatFrontend:
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> base.Translator:
         data = validation.load_object(body)
-        if tgi_chat.placeholder(data.get("model")):
+        model = data.get("model")
+        # a placeholder stands for the default model only where no model has that name
+        if tgi_chat.placeholder(model) and not (model and ctx.model_options(model)):
             return tgi_chat.ChatTranslator(tgi_chat.chat_request(data))
         return ChatTranslator(openai_parse.chat_request(data),
                               elasticsearch=enc.from_elasticsearch(ctx.headers))

@@ -58,3 +58,11 @@ async def test_real_lookup_of_localhost() -> None:
     ups = balancer.Upstreams(("http://localhost:8123",))
     await resolver.refresh([ups])
     assert ups.all == ["http://127.0.0.1:8123"]
+
+
+def test_an_expanded_name_keeps_its_port_and_credentials() -> None:
+    """Each address a DNS-named upstream resolves to is the same worker service: it takes the
+    name's userinfo (its Basic credentials, gateway.http1) and port with it."""
+    assert resolver.expand("http://u:p@workers:8000", ["10.0.0.1", "fd00::2"]) == [
+        "http://u:p@10.0.0.1:8000", "http://u:p@[fd00::2]:8000"]
+    assert resolver.expand("http://workers", ["10.0.0.1"]) == ["http://10.0.0.1"]

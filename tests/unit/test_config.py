@@ -285,3 +285,70 @@ def test_check_config_reports_unreadable_files_with_the_schemas_problems(
     errors = [e for e in capsys.readouterr().err.splitlines() if ": warning: " not in e]
     assert [e.removeprefix(f"{good}: ").split(":")[0] for e in errors] == [
         "models[0].chat_template", "models[1].tokenizer"]
+
+
+UP = "upstreams: ['http://w:1']"
+# (config text, the start of its one problem): each started a gateway that meant something else
+MISTAKES = [
+    # PyYAML keeps the last of two equal keys: the first `server:` section vanished silently
+    ("server: {port: 1}\nserver: {max_request_bytes: 5}\nmodels: [{name: a}]\n",
+     "line 2, column 1: not valid YAML: duplicate key 'server'"),
+    (f"models: [{{name: a, {UP}, backend: vllm, backend: tgi}}]\n", "line 1, column "),
+    # the worker's route is appended to the base URL: after a query it is no route at all
+    ("models: [{name: a, upstreams: ['http://w:1/v1?key=x']}]\n",
+     "models[0].upstreams[0]: 'http://w:1/v1?key=x': a base URL takes no query"),
+    ("models: [{name: a, upstreams: ['http://w:1#top']}]\n", "models[0].upstreams[0]:"),
+    # a second worker on one port never listens, and is restarted forever
+    ("models: [{name: a}]\nworkers: [{kind: simulator, model: a, port: 18777},"
+     " {kind: simulator, model: a, port: 18777}]\n",
+     "workers[1].port: 18777 is already used by workers[0]"),
+    # pydantic's lax mode takes YAML's `yes` as 1: one request at a time
+    (f"server: {{max_concurrent_requests: yes}}\nmodels: [{{name: a, {UP}}}]\n",
+     "server.max_concurrent_requests: a number is required, not the YAML boolean true"),
+    (f"server: {{port: true}}\nmodels: [{{name: a, {UP}}}]\n", "server.port: a number"),
+    (f"server: {{timeouts: {{idle: off}}}}\nmodels: [{{name: a, {UP}}}]\n",
+     "server.timeouts.idle: a number is required, not the YAML boolean false"),
+    (f"server: {{workers: 0}}\nmodels: [{{name: a, {UP}}}]\n",
+     "server.workers: must be a whole number of at least 1, or auto"),
+    # Jinja2 that does not parse: every chat request to the model was a 500
+    (f"models: [{{name: a, {UP}, backend: triton, chat_template: '{{% for %}}'}}]\n",
+     "models[0].chat_template: the model's `chat_template` is not a valid Jinja2 template"),
+]
+
+
+@pytest.mark.parametrize(("text", "problem"), MISTAKES,
+                         ids=["dup-section", "dup-key", "query", "fragment",
+                              "worker-port", "yes-as-1", "true-port", "off-timeout",
+                              "workers-0", "bad-jinja"])
+def test_a_config_that_would_mean_something_else_is_one_error_naming_its_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, problem: str) -> None:
+    """One line per problem, naming the key (SPEC.md: unknown keys are errors with their
+    location; `gateway check-config` prints each error with its location)."""
+    path = write(tmp_path, text)
+    assert cli.main(["check-config", str(path)]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{path}: {problem}"), lines[0]
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path: Path) -> None:
+    """YAML's merge type (`<<`) lets a mapping override what it merges: not a duplicate."""
+    path = write(tmp_path, "models:\n  - &m {name: a, upstreams: ['http://w:1']}\n"
+                           "  - <<: *m\n    name: b\n")
+    assert [m.name for m in config.load_config(path, {}).models] == ["a", "b"]
+
+
+def test_tracing_on_and_off_are_the_words_not_yaml_booleans(tmp_path: Path) -> None:
+    """PyYAML (YAML 1.1) reads a bare `on` as true: `tracing: on` was refused with "Input
+    should be 'auto', 'on' or 'off'" though the file says on."""
+    for word in ("on", "off"):
+        path = write(tmp_path, f"server: {{tracing: {word}}}\n")
+        assert config.load_config(path, {}).server.tracing == word
+
+
+def test_an_upstream_listed_twice_is_taken_once() -> None:
+    """One worker, one balancer slot and one health record: a config that repeats it (to
+    weight it, as nginx's upstream block would) still starts."""
+    cfg = config.Config.model_validate(
+        {"models": [{"name": "a", "upstreams": ["http://w:1", "http://w:2", "http://w:1"]}]})
+    assert cfg.models[0].upstreams == ("http://w:1", "http://w:2")

@@ -6,6 +6,7 @@ refusals mapped to the gateway's errors, and reading paused while the reader lag
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -122,6 +123,30 @@ async def test_a_clients_request_id_reaches_the_worker_byte_for_byte() -> None:
         await client.aclose()
     assert b"\r\nx-request-id: caf\xe9-\xff\r\n" in seen[0]
 
+
+
+async def test_userinfo_is_basic_credentials_to_that_worker_never_part_of_host() -> None:
+    """RFC 9110 section 7.2: Host is uri-host and port; 4.2.4: a sender MUST NOT put userinfo
+    in a field value. A base URL's `user:pass@` is sent as Basic credentials (RFC 7617), as
+    httpx (httpx/_urls.py, _auth.py), aiohttp and curl send a URL's userinfo; percent-escapes
+    in it are decoded first."""
+    seen: list[bytes] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        seen.append(await read_request(r))
+        w.write(OK)
+
+    async with Server(handler) as url:
+        client = http1.Http1Client(2.0)
+        authority = url.removeprefix("http://")
+        resp = await client.send(post(f"http://alice:p%40ss@{authority}"))
+        await resp.read()
+        await resp.aclose()
+        await client.aclose()
+    head = seen[0].split(b"\r\n\r\n")[0].split(b"\r\n")
+    assert f"host: {authority}".encode() in head
+    assert b"authorization: Basic " + base64.b64encode(b"alice:p@ss") in head
+    assert b"alice" not in b"".join(line for line in head if not line.startswith(b"authoriz"))
 
 async def test_chunked_body_read_as_it_arrives() -> None:
     go = asyncio.Event()

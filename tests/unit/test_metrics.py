@@ -17,6 +17,7 @@ import respx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import parser
+from structlog.testing import capture_logs
 
 from gateway import app as gateway_app
 from gateway import config, metrics, upstream
@@ -448,3 +449,27 @@ def test_changes_are_held_until_the_end_of_the_turn_and_gauges_net_out() -> None
     assert value(during, "g", k="a") == 0 and value(during, "c_total", k="a") == 0
     assert value(after, "g", k="a") == 2 and value(after, "c_total", k="a") == 5
     assert value(netted, "g", k="a") == 2
+
+
+@pytest.mark.anyio
+async def test_an_upstreams_password_reaches_no_label_and_no_log_line() -> None:
+    """/metrics stays open when API keys are set (SPEC.md server.api_keys), and log lines go to
+    shared collectors: a base URL's `user:pass@` is shown with its password masked, as httpx's
+    URL repr masks it (RFC 9110 section 4.2.4: userinfo in http URLs risks exposing it)."""
+    cfg = config.Config.model_validate({
+        "default_model": "demo",
+        "models": [{"name": "demo", "backend": "vllm",
+                    "upstreams": ["http://alice:hunter2@up1:8000", "http://bob:s3cr3t@up2:8000"]}]})
+    with respx.mock(assert_all_called=False) as r, capture_logs() as logs:
+        r.route(host__in=["up1", "up2"]).mock(side_effect=httpx.ConnectError("refused"))
+        s = Scraper(r, cfg)
+        async with s.app.router.lifespan_context(s.app), s.client:
+            for _ in range(4):  # retries, then ejections
+                resp = await s.client.post("/v1/chat/completions", content=orjson.dumps(CHAT))
+                assert resp.status_code == 503 and b"hunter2" not in resp.content
+            text = (await s.client.get("/metrics")).text
+    assert "hunter2" not in text and "s3cr3t" not in text
+    assert 'upstream="http://alice:***@up1:8000"' in text
+    logged = repr(logs)
+    assert "hunter2" not in logged and "s3cr3t" not in logged
+    assert "alice:***@up1:8000" in logged  # the request lines and ejections still name it

@@ -52,3 +52,14 @@ async def test_crashes_in_a_row_double_the_wait(monkeypatch: pytest.MonkeyPatch)
 async def test_a_run_healthy_for_the_stable_window_resets_the_wait(
         monkeypatch: pytest.MonkeyPatch) -> None:
     assert await restart_delays(monkeypatch, reset=0.1) == [0.01, 0.01, 0.01, 0.01]
+
+
+def test_a_workers_credential_flags_are_masked_in_its_start_line() -> None:
+    """`worker_started` logs the command line; vLLM takes its server's key as `--api-key` and
+    a hub token as `--hf-token` (vllm/entrypoints/openai/cli_args.py, engine/arg_utils.py):
+    their values never reach the log, while paths and counts stay readable."""
+    argv = ["vllm", "serve", "org/m", "--api-key", "sk-1", "--hf-token=hf_x", "--port", "8001",
+            "--tokenizer", "org/tok", "--ssl-keyfile", "k.pem", "--max-num-seqs", "4"]
+    assert supervisor.shown(argv) == [
+        "vllm", "serve", "org/m", "--api-key", "***", "--hf-token=***", "--port", "8001",
+        "--tokenizer", "org/tok", "--ssl-keyfile", "k.pem", "--max-num-seqs", "4"]
