@@ -41,8 +41,9 @@ Origin = tuple[str, int, bool]  # host, port, tls
 class Connection(asyncio.Protocol):
     """One keep-alive connection; one request at a time; the response parsed as it arrives."""
 
-    def __init__(self, origin: Origin) -> None:
+    def __init__(self, origin: Origin, pool: dict[Origin, list[Connection]] | None = None) -> None:
         self.origin = origin
+        self.pool = pool  # the client's idle connections, which this one leaves when it closes
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.status = 0
@@ -77,6 +78,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self._leave_pool()
         if self.status and not self.framed and exc is None and not self.complete:
             self.complete = True  # a body without length ends with the connection (RFC 9112 6.3)
             self._wake()
@@ -132,6 +134,17 @@ class Connection(asyncio.Protocol):
         self.chunks.clear()
         self.buffered = 0
         return data
+
+    def _leave_pool(self) -> None:
+        """Out of the idle pool, and the origin too once it has none (a worker gone for good
+        would otherwise keep its closed connections there forever)."""
+        idle = self.pool.get(self.origin) if self.pool is not None else None
+        if idle is None:
+            return
+        if self in idle:
+            idle.remove(self)
+        if not idle and self.pool is not None:
+            del self.pool[self.origin]
 
     def _fail(self, why: str) -> None:
         if self.error is None:
@@ -323,7 +336,8 @@ class Http1Client:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await loop.create_connection(
-                    lambda: Connection(origin), host, port, ssl=self._ssl() if tls else None,
+                    lambda: Connection(origin, self.idle), host, port,
+                    ssl=self._ssl() if tls else None,
                     server_hostname=host if tls else None)
         except (OSError, TimeoutError) as exc:
             what = f"{type(exc).__name__}: {exc}".rstrip(": ")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import signal
 import sys
 import time
@@ -38,7 +39,10 @@ def configure(level: str = "info") -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        # one write per line: PrintLogger's print() writes the line and its newline apart, and
+        # with several serving processes on the one stderr (server.workers) another process's
+        # line then lands between them: two records on one line and an empty one.
+        logger_factory=structlog.WriteLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
     # structlog's documented way to render foreign (stdlib) records: ProcessorFormatter.
@@ -97,12 +101,32 @@ class RequestLines:
     def flush(self) -> None:
         data = b"".join(self.pending)
         self.pending.clear()
-        if self.out is not None:
-            self.out.write(data)
-            self.out.flush()
-        else:
-            self.text.write(data.decode())
-            self.text.flush()
+        for piece in whole_lines(data):
+            if self.out is not None:
+                self.out.write(piece)
+                self.out.flush()
+            else:
+                self.text.write(piece.decode())
+                self.text.flush()
+
+
+def whole_lines(data: bytes, limit: int = select.PIPE_BUF) -> list[bytes]:
+    """`data` (whole lines) in writes of at most `limit` bytes cut after a newline (a longer
+    line alone): POSIX keeps a pipe write of up to PIPE_BUF bytes whole, while a longer one
+    may be interleaved with other processes' writes, and the serving processes of
+    `server.workers` share the one stderr, a pipe under a container runtime."""
+    if len(data) <= limit:
+        return [data]
+    out = []
+    start = 0
+    while start < len(data):
+        end = data.rfind(b"\n", start, start + limit) + 1
+        if end <= start:  # one line past the limit: alone
+            newline = data.find(b"\n", start)
+            end = len(data) if newline < 0 else newline + 1
+        out.append(data[start:end])
+        start = end
+    return out
 
 
 _lines: RequestLines | None = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -298,7 +298,7 @@ class Pipeline:
             return await self.open(job.route, cont, job.request_id, job.note, avoid=failed)
 
         # all at once: each waits for its worker's first token
-        got = await asyncio.gather(*(one(cont) for _, cont in wanted), return_exceptions=True)
+        got = await _all_or_none([one(cont) for _, cont in wanted], job.route.upstreams)
         opened = [(c, o) for (c, _), o in zip(wanted, got, strict=True) if isinstance(o, Opened)]
         if len(opened) < len(wanted):
             for _, o in opened:
@@ -349,3 +349,21 @@ class Pipeline:
         finally:
             dog.cancel()
             await opened.close(opened.job.route.upstreams if opened.job else None)
+
+
+async def _all_or_none(opening: list[Coroutine[Any, Any, Opened]], ups: balancer.Upstreams
+                       ) -> list[Opened | BaseException]:
+    """Every continuation's opening, or its exception. Cancelled (the client left while the
+    others were still opening), those that had opened are closed before the cancellation goes
+    on: nothing else holds them, and each holds its worker's connection and in-flight count."""
+    tasks = [asyncio.ensure_future(c) for c in opening]
+    try:
+        return await asyncio.gather(*tasks, return_exceptions=True)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.wait(tasks)  # gather has cancelled them: each ends at once
+        for t in tasks:
+            if not t.cancelled() and t.exception() is None:
+                await t.result().close(ups)
+        raise

@@ -313,3 +313,36 @@ async def test_a_burst_over_the_high_water_mark_keeps_flowing_through_a_pump() -
         assert lines.count == 2000 and not resp._conn.paused
         await resp.aclose()
         await client.aclose()
+
+
+async def test_idle_connections_the_worker_closed_leave_the_pool() -> None:
+    """A worker that closes idle keep-alive connections (uvicorn after 5 s) or goes away (a pod
+    gone from DNS, whose address never comes back): its connections leave the pool as they
+    close, and so does its origin once none is left, so that the pool holds only connections
+    that are open, however many workers came and went."""
+    drop = asyncio.Event()
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(OK)
+        await w.drain()
+        await drop.wait()  # idle until the worker drops it
+
+    srv = Server(handler)
+    async with srv as url:
+        client = http1.Http1Client(2.0)
+        resps = await asyncio.gather(*(client.send(post(url)) for _ in range(3)))
+        for resp in resps:
+            assert await resp.read() == b"ok"
+            await resp.aclose()
+        (origin,) = client.idle
+        assert len(client.idle[origin]) == 3
+        drop.set()
+        async with asyncio.timeout(5):
+            while client.idle:
+                await asyncio.sleep(0.01)
+        resp = await client.send(post(url))  # a new connection, pooled again after
+        assert await resp.read() == b"ok"
+        await resp.aclose()
+        assert len(client.idle[origin]) == 1
+        await client.aclose()

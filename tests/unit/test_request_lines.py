@@ -4,7 +4,11 @@ context such as a serving process's pid), written once per event-loop turn."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import select
+import subprocess
+import sys
 
 import orjson
 import pytest
@@ -49,3 +53,55 @@ async def test_lines_of_one_loop_turn_are_one_write() -> None:
     await asyncio.sleep(0)
     (data,) = sink.writes
     assert [orjson.loads(x)["request_id"] for x in data.splitlines()] == ["r0", "r1", "r2"]
+
+
+@pytest.mark.anyio
+async def test_a_large_turn_is_written_in_whole_lines_of_at_most_pipe_buf() -> None:
+    """POSIX write(): a pipe write of up to PIPE_BUF bytes is never interleaved with other
+    processes' writes, a longer one may be; the serving processes of `server.workers` share one
+    stderr (a pipe under a container runtime), so each write holds whole lines and, unless one
+    line alone is longer, at most PIPE_BUF bytes."""
+    sink = Sink()
+    lines = observability.RequestLines(sink)  # type: ignore[arg-type]
+    for i in range(60):
+        lines.add({"request_id": f"r{i}", "upstream_errors": ["x" * 150]})
+    lines.add({"request_id": "long", "upstream_errors": ["y" * 2 * select.PIPE_BUF]})
+    lines.add({"request_id": "last"})
+    await asyncio.sleep(0)
+    assert len(sink.writes) > 2
+    for data in sink.writes:
+        assert data.endswith(b"\n")
+        assert len(data) <= select.PIPE_BUF or data.count(b"\n") == 1
+    ids = [orjson.loads(x)["request_id"] for x in b"".join(sink.writes).splitlines()]
+    assert ids == [f"r{i}" for i in range(60)] + ["long", "last"]
+
+
+# Run in a process of its own: `configure` sets structlog and logging for good.
+ONE_WRITE_PER_LINE = """
+import io, json, logging, sys
+class Calls(io.TextIOBase):
+    def __init__(self): self.calls = []
+    def write(self, s): self.calls.append(s); return len(s)
+    def flush(self): pass
+out, sys.stderr = sys.stdout, Calls()
+from gateway import observability
+observability.configure("info")
+observability.logger().warning("upstream_ejected", model="m", upstream="u", backoff_s=1)
+observability.logger().info("ready")
+logging.getLogger("asyncio").error("Task exception was never retrieved")
+out.write(json.dumps(sys.stderr.calls))
+"""
+
+
+def test_every_log_line_is_one_write() -> None:
+    """With `server.workers: 2` both processes write to one stderr: a line written in two
+    calls (structlog's PrintLogger prints the line, then its newline) had the other process's
+    line land between them, two JSON objects on one line (seen in tests/integration/
+    test_churn.py). Every line, structlog's and the standard library's, is one write."""
+    done = subprocess.run([sys.executable, "-c", ONE_WRITE_PER_LINE], capture_output=True,
+                          text=True, timeout=30, check=True)
+    calls = json.loads(done.stdout)
+    assert len(calls) == 3
+    for call in calls:
+        assert call.endswith("\n") and call.count("\n") == 1, calls
+        json.loads(call)
