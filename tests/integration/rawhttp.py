@@ -189,6 +189,18 @@ class Gateway:
                 continue
         return out
 
+    def requests_logged(self) -> int:
+        """The request lines logged so far, once no more are arriving: a request's line is
+        written just after its answer, so one answered a moment ago may still be on its way."""
+        count = -1
+        for _ in range(20):
+            now = sum(1 for r in self.log_records() if r.get("event") == "request")
+            if now == count:
+                return now
+            count = now
+            time.sleep(0.15)
+        return count
+
 
 # The simulator as the managed worker of the one model; small limits, so tests reach them fast.
 CONFIG = f"""

@@ -39,19 +39,6 @@ def served(gw: Gateway) -> None:
     assert r.status == 200 and json.loads(r.body)["choices"]
 
 
-def requests_logged(gw: Gateway) -> int:
-    """The request lines logged so far, once no more are arriving: a request's line is
-    written just after its answer, so one answered a moment ago may still be on its way."""
-    count = -1
-    for _ in range(20):
-        now = sum(1 for r in gw.log_records() if r.get("event") == "request")
-        if now == count:
-            return now
-        count = now
-        time.sleep(0.15)
-    return count
-
-
 def refused(c: Conn) -> rawhttp.Response | None:
     """The answer to a request the server must refuse: a 400 (None when it closes without
     one), then the close; never a 5xx, never a hang."""
@@ -89,14 +76,14 @@ def test_content_length_with_transfer_encoding_is_400_never_served(gw: Gateway) 
     """RFC 9112 section 6.1: both framings at once is request smuggling's opening; refused
     with a 400 and the connection closed, the request never reaching the gateway's routes."""
     body = chat()
-    before = requests_logged(gw)
+    before = gw.requests_logged()
     with Conn(gw.addr) as c:
         c.send(request("POST", CHAT, chunked(body), {"Content-Length": str(len(body)),
                                                      "Transfer-Encoding": "chunked"}))
         r = refused(c)
     assert r is not None
     time.sleep(0.3)  # a request that did reach the app would be logged by now
-    assert requests_logged(gw) == before
+    assert gw.requests_logged() == before
     served(gw)
 
 
@@ -353,7 +340,7 @@ def test_a_transfer_coding_other_than_chunked_is_501(gw: Gateway, coding: str) -
     """RFC 9112 section 6.1: a server that receives a transfer coding it does not understand
     SHOULD answer 501; a gzip-coded body is never read as if it were plain JSON."""
     body = chat()
-    before = requests_logged(gw)
+    before = gw.requests_logged()
     with Conn(gw.addr) as c:
         c.send(request("POST", CHAT, chunked(body) if "chunked" in coding else body,
                        {"Transfer-Encoding": coding}))
@@ -361,7 +348,7 @@ def test_a_transfer_coding_other_than_chunked_is_501(gw: Gateway, coding: str) -
         assert r.status == 501, (r.status, r.body[:300])
         assert c.buf == b"" and c.closed_by_peer(2.0)
     time.sleep(0.3)  # a request that did reach the app would be logged by now
-    assert requests_logged(gw) == before
+    assert gw.requests_logged() == before
 
 
 @pytest.mark.parametrize("head", [

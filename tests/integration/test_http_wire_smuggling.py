@@ -30,19 +30,6 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         g.proc.stop()
 
 
-def requests_logged(gw: Gateway) -> int:
-    """The request lines logged so far, once no more are arriving: a request's line is
-    written just after its answer, so one answered a moment ago may still be on its way."""
-    count = -1
-    for _ in range(20):
-        now = sum(1 for r in gw.log_records() if r.get("event") == "request")
-        if now == count:
-            return now
-        count = now
-        time.sleep(0.15)
-    return count
-
-
 # (raw request, the status it is refused with); each followed by NEXT on the connection
 REFUSED = {
     # RFC 9112 section 6.3: Content-Length values that differ MUST be treated as
@@ -81,7 +68,7 @@ def test_an_ambiguous_head_is_refused_and_nothing_after_it_is_read(gw: Gateway, 
     """Each is refused before reaching a route, then the connection is closed: what follows is
     never taken as a request (a desync would answer it)."""
     data, status = REFUSED[raw]
-    before = requests_logged(gw)
+    before = gw.requests_logged()
     with Conn(gw.addr) as c:
         c.send(data + NEXT)
         r = c.response()
@@ -89,7 +76,7 @@ def test_an_ambiguous_head_is_refused_and_nothing_after_it_is_read(gw: Gateway, 
         assert r.header("connection") == "close"
         assert c.buf == b"" and c.closed_by_peer(2.0)
     time.sleep(0.3)  # a request that did reach the app would be logged by now
-    assert requests_logged(gw) == before
+    assert gw.requests_logged() == before
 
 
 SERVED = {
