@@ -410,3 +410,16 @@ def test_a_model_only_workers_name_is_declared_by_them(
     assert out.out == f"{path}: ok\n"
     implied = [n for n, _ in declared if f"model {n!r} is not in `models`" in out.err]
     assert implied == [n for n, _ in declared if n not in ("llama", "a")]
+
+
+@pytest.mark.parametrize(("value", "keys"), [
+    ("k1", ("k1",)), ("0123", ("0123",)), ("[k1, k2]", ("k1", "k2")), ('["k1"]', ("k1",)),
+    ("sk-proj_AbC.9", ("sk-proj_AbC.9",))])
+def test_one_bare_key_from_the_environment_is_the_list_of_that_key(
+        value: str, keys: tuple[str, ...]) -> None:
+    """SPEC.md: environment variables override the file "so that a Kubernetes manifest needs
+    no config rewrite for ports and keys": a Secret holding one key is set as it is
+    (`GATEWAY_SERVER__API_KEYS=k1`), as well as a YAML or JSON list."""
+    cfg = config.load_config(None, {"GATEWAY_SERVER__API_KEYS": value,
+                                    "GATEWAY_MODELS__0__ALIASES": "chat"})
+    assert cfg.server.api_keys == keys and cfg.models[0].aliases == ("chat",)
