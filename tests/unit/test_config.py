@@ -115,6 +115,16 @@ def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.startswith("gateway ")
 
 
+@pytest.mark.parametrize("command", [[], ["serve"], ["check-config"], ["simulate"]],
+                         ids=["gateway", "serve", "check-config", "simulate"])
+def test_help_on_every_command(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """SPEC.md, Command line: `--help` on every command (exit 0, its usage on stdout)."""
+    with pytest.raises(SystemExit) as done:
+        cli.main([*command, "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: {' '.join(['gateway', *command])} ")
+
+
 def test_check_config_reads_chat_template_files(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     template = tmp_path / "llama3.jinja"
