@@ -23,6 +23,23 @@ def test_every_key_has_a_default() -> None:
     assert cfg.workers[0].port == 0  # a free loopback port, so two default gateways never clash
 
 
+def test_a_minimal_file_gets_the_spec_defaults(tmp_path: Path) -> None:
+    """SPEC.md, Configuration: every key has a default, those of its stable subset as shown
+    there (upstream_model defaults to the name: None here, the name upstream)."""
+    cfg = config.load_config(write(tmp_path, "models: [{name: m}]\n"), {})
+    s = cfg.server
+    assert (s.host, s.port, s.api_keys, s.max_request_bytes, s.max_concurrent_requests) == (
+        "0.0.0.0", 8080, (), 10485760, 1024)
+    assert (s.timeouts.connect, s.timeouts.first_byte, s.timeouts.idle,
+            s.timeouts.request_read) == (5, 120, 60, 30)
+    (m,) = cfg.models
+    assert (m.aliases, m.backend, m.upstreams, m.upstream_model, m.chat_template) == (
+        (), "vllm", (), None, None)
+    assert (m.lmi.tgi_compat, m.lmi.output_formatter) == (False, "jsonlines")
+    assert cfg.elastic.framing == "documented" and cfg.workers == ()
+    assert cfg.default_model is None  # routes that name no model take the only one
+
+
 def test_spec_example_validates(tmp_path: Path) -> None:
     cfg = config.load_config(write(tmp_path, """
 server: {host: 0.0.0.0, port: 8080, api_keys: [], max_request_bytes: 10485760,
