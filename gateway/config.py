@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from adapters import registry
-from gateway import overrides
+from gateway import overrides, references
 
 ENV_PREFIX = overrides.PREFIX
 
@@ -215,49 +215,22 @@ class ConfigFields(_Frozen):
         """The protocols' gateway-wide options sections, by key."""
         return {key: getattr(self, key) for key in registry.GATEWAY_OPTIONS}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _worker_models(cls, raw: Any) -> Any:
+        """A model that only `workers[].model` names is declared by its workers, speaking
+        their kind's protocol: SPEC.md's sample config names `demo` only there (and as
+        `default_model`), as the embedded default serves it."""
+        implied = references.worker_models(raw)
+        if implied and isinstance(models := raw.get("models") or [], list | tuple):
+            raw = {**raw, "models": [*models, *implied]}
+        return raw
+
     @model_validator(mode="after")
     def _references(self) -> ConfigFields:
-        if problems := reference_problems(self.model_dump()):
+        if problems := references.problems(self.model_dump()):
             raise PydanticCustomError("references", "\n".join(problems))
         return self
-
-
-def reference_problems(raw: Any) -> list[str]:
-    """Every broken cross-reference (duplicate names or aliases, `default_model`,
-    `workers[].model`, two workers on one port), read from plain data however malformed the rest of it is, so that
-    one run reports them beside the field errors."""
-    raw = raw if isinstance(raw, dict) else {}
-    models = raw.get("models") if isinstance(raw.get("models"), list | tuple) else []
-    names: dict[str, int] = {}
-    problems: list[str] = []
-    for i, m in enumerate(models):
-        m = m if isinstance(m, dict) else {}
-        aliases = m.get("aliases")
-        for name in (m.get("name"), *(aliases if isinstance(aliases, list | tuple) else ())):
-            if not isinstance(name, str):
-                continue
-            if name in names:
-                problems.append(f"models[{i}]: name {name!r} is already used by "
-                                f"models[{names[name]}]")
-            names.setdefault(name, i)
-    default = raw.get("default_model")
-    if isinstance(default, str) and default not in names:
-        problems.append(f"default_model: {default!r} is not a model name")
-    workers = raw.get("workers") if isinstance(raw.get("workers"), list | tuple) else []
-    ports: dict[tuple[Any, int], int] = {}  # a second worker on one port could never listen
-    for i, w in enumerate(workers):
-        w = w if isinstance(w, dict) else {}
-        model = w.get("model")
-        if isinstance(model, str) and model not in names:
-            problems.append(f"workers[{i}].model: {model!r} is not a model name")
-        port = w.get("port")
-        if type(port) is int and port:
-            where = (w.get("host", "127.0.0.1"), port)
-            if where in ports:
-                problems.append(f"workers[{i}].port: {port} is already used by "
-                                f"workers[{ports[where]}]")
-            ports.setdefault(where, i)
-    return problems
 
 
 def _with_options(name: str, base: type[_Frozen], options: Mapping[str, type[BaseModel]],
@@ -307,13 +280,15 @@ def load_config(path: str | Path | None, environ: Mapping[str, str],
     given, else to the log."""
     raw = read_file(path) if path is not None else default_config().model_dump(mode="json")
     env = apply_env(raw, environ)
-    found = env.warnings
+    found = env.warnings + [
+        f"workers: model {m['name']!r} is not in `models`; it is served as a model of its own "
+        f"(backend {m['backend']})" for m in references.worker_models(raw)]
     try:
         cfg = Config.model_validate(raw)
         found += warnings_of(cfg)
     except ValidationError as exc:
         problems = [_problem(e, env) for e in exc.errors() if e["type"] != "references"]
-        raise ConfigError(problems + reference_problems(raw)) from None
+        raise ConfigError(problems + references.problems(raw)) from None
     finally:
         if warnings is not None:
             warnings.extend(found)

@@ -7,7 +7,7 @@ and `GATEWAY_PORT_8080_TCP_*` into every pod of a namespace holding a Service na
 setting, so each is a warning naming the variable, never a crash (SPEC.md, Environment).
 
 What a path may name: a field of a section (`GATEWAY_SERVER__TIMEOUTS__IDLE`), a whole field of
-any kind as YAML (`GATEWAY_SERVER__API_KEYS='[k1, k2]'`), and an entry of a list of sections by
+any kind as YAML (`GATEWAY_SERVER__API_KEYS='[k1, k2]'`, or one key bare: `=k1`), and an entry of a list of sections by
 its index, when the file has that entry (`GATEWAY_MODELS__0__UPSTREAMS='[http://w:8000]'`).
 Mappings (`workers[].env`) are set whole: their keys are case-sensitive, variable names are not.
 """
@@ -118,9 +118,14 @@ def parse_value(value: str, annotation: Any) -> Any:
     all_text = all(_is_text(a) for a in typing.get_args(annotation) if a is not Ellipsis)
     loader = yaml.BaseLoader if typing.get_args(annotation) and all_text else yaml.SafeLoader
     try:
-        return yaml.load(value, Loader=loader) if value else value  # noqa: S506 (safe loaders)
+        loaded = yaml.load(value, Loader=loader) if value else value  # noqa: S506 (safe loaders)
     except yaml.YAMLError:
         return value  # validation then reports it, with the variable's name
+    if value and isinstance(loaded, str) and typing.get_origin(annotation) in (tuple, list):
+        # one text where a list of them belongs is that list of one: a Secret holding one
+        # key sets GATEWAY_SERVER__API_KEYS=K as it is, with no YAML brackets around it
+        return [loaded]
+    return loaded
 
 
 def _is_text(annotation: Any) -> bool:

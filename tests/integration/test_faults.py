@@ -98,8 +98,16 @@ def test_client_disconnect_closes_the_worker_connection_within_a_second(gw: str,
 
 
 def test_default_serve_runs_demo_on_a_managed_simulator(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SPEC.md, Command line: without --config, model `demo` on a managed simulator "on a
+    free loopback port, so two default gateways never clash": a second one serves too."""
     proc, url = procs.gateway(tmp_path, None)
     try:
+        other, other_url = procs.gateway(tmp_path, None)
+        try:
+            r = sdk(other_url).chat.completions.create(model="demo", messages=MSG, max_tokens=2)
+            assert r.choices[0].message.content and procs.children_of(other.pid)
+        finally:
+            assert other.stop(signal.SIGTERM) == 0
         r = sdk(url).chat.completions.create(model="demo", messages=MSG, max_tokens=3)
         assert r.choices[0].message.content and r.model == "demo"
         workers = procs.children_of(proc.pid)

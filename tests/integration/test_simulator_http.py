@@ -307,3 +307,25 @@ def test_openai_sdk_reads_stream_and_tool_calls(base_url: str) -> None:
     )
     assert done.choices[0].finish_reason == "tool_calls"
     assert done.choices[0].message.tool_calls[0].function.name == "f"
+
+
+def test_gateway_simulate_runs_the_simulator_on_its_own(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SPEC.md, Command line: `gateway simulate [--port P] [options]` runs the simulator
+    worker on its own: vLLM's OpenAI API, its options taken (`--model-name`, `--tokens`)."""
+    import sys
+
+    port = procs.free_port()
+    proc = procs.Proc([sys.executable, "-m", "gateway", "simulate", "--host", "127.0.0.1",
+                       "--port", str(port), "--model-name", "m", "--tokens", "2"],
+                      tmp_path / "simulate.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        proc.wait_http(url + "/health")
+        body = httpx.post(url + "/v1/completions", json={"model": "m", "prompt": "hi"},
+                          timeout=5).json()
+        models = httpx.get(url + "/v1/models", timeout=5).json()
+    finally:
+        proc.stop(grace=5)
+    assert body["object"] == "text_completion" and len(body["choices"][0]["text"].split()) == 2
+    assert body["choices"][0]["finish_reason"] == "stop"  # its natural end: `--tokens 2`
+    assert [m["id"] for m in models["data"]] == ["m"]

@@ -23,6 +23,23 @@ def test_every_key_has_a_default() -> None:
     assert cfg.workers[0].port == 0  # a free loopback port, so two default gateways never clash
 
 
+def test_a_minimal_file_gets_the_spec_defaults(tmp_path: Path) -> None:
+    """SPEC.md, Configuration: every key has a default, those of its stable subset as shown
+    there (upstream_model defaults to the name: None here, the name upstream)."""
+    cfg = config.load_config(write(tmp_path, "models: [{name: m}]\n"), {})
+    s = cfg.server
+    assert (s.host, s.port, s.api_keys, s.max_request_bytes, s.max_concurrent_requests) == (
+        "0.0.0.0", 8080, (), 10485760, 1024)
+    assert (s.timeouts.connect, s.timeouts.first_byte, s.timeouts.idle,
+            s.timeouts.request_read) == (5, 120, 60, 30)
+    (m,) = cfg.models
+    assert (m.aliases, m.backend, m.upstreams, m.upstream_model, m.chat_template) == (
+        (), "vllm", (), None, None)
+    assert (m.lmi.tgi_compat, m.lmi.output_formatter) == (False, "jsonlines")
+    assert cfg.elastic.framing == "documented" and cfg.workers == ()
+    assert cfg.default_model is None  # routes that name no model take the only one
+
+
 def test_spec_example_validates(tmp_path: Path) -> None:
     cfg = config.load_config(write(tmp_path, """
 server: {host: 0.0.0.0, port: 8080, api_keys: [], max_request_bytes: 10485760,
@@ -115,6 +132,16 @@ def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.startswith("gateway ")
 
 
+@pytest.mark.parametrize("command", [[], ["serve"], ["check-config"], ["simulate"]],
+                         ids=["gateway", "serve", "check-config", "simulate"])
+def test_help_on_every_command(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """SPEC.md, Command line: `--help` on every command (exit 0, its usage on stdout)."""
+    with pytest.raises(SystemExit) as done:
+        cli.main([*command, "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: {' '.join(['gateway', *command])} ")
+
+
 def test_check_config_reads_chat_template_files(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     template = tmp_path / "llama3.jinja"
@@ -163,7 +190,8 @@ models:
   - name: b
     aliases: [a]                    # 9 alias collides with a name
 workers:
-  - {kind: simulator, model: ghost} # 10 no such model
+  - {kind: simulator, model: a, port: 9000}
+  - {kind: simulator, model: b, port: 9000} # 10 a port taken twice
 """
 
 
@@ -179,7 +207,7 @@ def test_check_config_reports_ten_mistakes_in_one_run(
     assert sorted(line.removeprefix(f"{bad}: ").split(":")[0] for line in lines) == sorted([
         "server.port", "server.colour", "server.timeouts.idle", "default_model",
         "models[0].backend", "models[0].upstreams[0]", "models[0].upstreams[1]",
-        "models[0].upstreams[2]", "models[1]", "workers[0].model"])
+        "models[0].upstreams[2]", "models[1]", "workers[1].port"])
     assert all(line.startswith(f"{bad}: ") and line.count(str(bad)) == 1 for line in lines)
 
 
@@ -352,3 +380,73 @@ def test_an_upstream_listed_twice_is_taken_once() -> None:
     cfg = config.Config.model_validate(
         {"models": [{"name": "a", "upstreams": ["http://w:1", "http://w:2", "http://w:1"]}]})
     assert cfg.models[0].upstreams == ("http://w:1", "http://w:2")
+
+
+# SPEC.md's sample config, as written there: `demo` is named only by `default_model` and a
+# worker, as in the embedded default.
+SPEC_SAMPLE = """
+server:
+  host: 0.0.0.0
+  port: 8080
+  api_keys: []
+  max_request_bytes: 10485760
+  max_concurrent_requests: 1024
+  timeouts:
+    connect: 5
+    first_byte: 120
+    idle: 60
+    request_read: 30
+default_model: demo
+models:
+  - name: llama
+    aliases: [my-chat]
+    backend: vllm
+    upstreams: [http://10.0.0.5:8000, http://10.0.0.6:8000]
+    upstream_model: meta-llama/Llama-3.1-8B-Instruct
+    chat_template: null
+    lmi:
+      tgi_compat: false
+      output_formatter: jsonlines
+elastic:
+  framing: documented
+workers:
+  - kind: simulator
+    model: demo
+    port: 8101
+"""
+
+
+@pytest.mark.parametrize(("text", "declared"), [
+    (SPEC_SAMPLE, [("llama", "vllm"), ("demo", "vllm")]),
+    ("default_model: demo\nworkers: [{kind: simulator, model: demo}]\n", [("demo", "vllm")]),
+    ("workers: [{kind: trtllm, model: t}, {kind: vllm, model: t, port: 9}]\n",
+     [("t", "trtllm")]),
+    ("models: [{name: a, aliases: [b]}]\nworkers: [{kind: vllm, model: b}]\n", [("a", "vllm")]),
+], ids=["spec-sample", "workers-only", "two-workers-one-model", "alias"])
+def test_a_model_only_workers_name_is_declared_by_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
+        declared: list[tuple[str, str]]) -> None:
+    """SPEC.md's own sample config must load: its `default_model` and worker name `demo`,
+    which `models` does not list; the workers declare it, with their kind's protocol (the
+    simulator's is vllm), and check-config says so as a warning."""
+    path = write(tmp_path, text)
+    cfg = config.load_config(path, {})
+    assert [(m.name, m.backend) for m in cfg.models] == declared
+    assert cli.main(["check-config", str(path)]) == 0
+    out = capsys.readouterr()
+    assert out.out == f"{path}: ok\n"
+    implied = [n for n, _ in declared if f"model {n!r} is not in `models`" in out.err]
+    assert implied == [n for n, _ in declared if n not in ("llama", "a")]
+
+
+@pytest.mark.parametrize(("value", "keys"), [
+    ("k1", ("k1",)), ("0123", ("0123",)), ("[k1, k2]", ("k1", "k2")), ('["k1"]', ("k1",)),
+    ("sk-proj_AbC.9", ("sk-proj_AbC.9",))])
+def test_one_bare_key_from_the_environment_is_the_list_of_that_key(
+        value: str, keys: tuple[str, ...]) -> None:
+    """SPEC.md: environment variables override the file "so that a Kubernetes manifest needs
+    no config rewrite for ports and keys": a Secret holding one key is set as it is
+    (`GATEWAY_SERVER__API_KEYS=k1`), as well as a YAML or JSON list."""
+    cfg = config.load_config(None, {"GATEWAY_SERVER__API_KEYS": value,
+                                    "GATEWAY_MODELS__0__ALIASES": "chat"})
+    assert cfg.server.api_keys == keys and cfg.models[0].aliases == ("chat",)
