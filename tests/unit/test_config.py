@@ -352,3 +352,34 @@ def test_an_upstream_listed_twice_is_taken_once() -> None:
     cfg = config.Config.model_validate(
         {"models": [{"name": "a", "upstreams": ["http://w:1", "http://w:2", "http://w:1"]}]})
     assert cfg.models[0].upstreams == ("http://w:1", "http://w:2")
+
+
+@pytest.mark.parametrize(("yaml_text", "args", "env", "gpus"), [
+    ("args: [--tokens, 8, --gpu-memory-utilization, 0.9]", ("--tokens", "8",
+                                                             "--gpu-memory-utilization", "0.9"),
+     {}, None),
+    ("env: {OMP_NUM_THREADS: 4, HF_HOME: /m}", (), {"OMP_NUM_THREADS": "4", "HF_HOME": "/m"},
+     None),
+    ("gpus: 0", (), {}, "0"),
+    ("gpus: [0, 1]", (), {}, "0,1"),
+    ("gpus: '2,3'", (), {}, "2,3"),
+], ids=["args", "env", "gpus-int", "gpus-list", "gpus-text"])
+def test_a_workers_args_env_and_gpus_take_yaml_numbers_as_written(
+        tmp_path: Path, yaml_text: str, args: tuple[str, ...], env: dict[str, str],
+        gpus: str | None) -> None:
+    """SPEC.md (Workers the gateway manages): an entry's args, env and GPUs reach its process.
+    YAML reads `[--tokens, 8]`, `{OMP_NUM_THREADS: 4}` and `gpus: 0` as numbers; they were
+    refused ("Input should be a valid string") though they mean the text written."""
+    text = f"models: [{{name: demo}}]\nworkers:\n  - kind: simulator\n    model: demo\n" \
+           f"    {yaml_text}\n"
+    cfg = config.load_config(write(tmp_path, text), {})
+    w = cfg.workers[0]
+    assert (w.args, w.env, w.gpus) == (args, env, gpus)
+
+
+def test_a_yaml_boolean_in_a_workers_env_is_still_refused(tmp_path: Path) -> None:
+    """`yes` may mean "yes" or "true": the file must say which, as text."""
+    path = write(tmp_path, "models: [{name: demo}]\nworkers:\n"
+                           "  - {kind: simulator, model: demo, env: {X: yes}}\n")
+    with pytest.raises(config.ConfigError, match=r"workers\[0\]\.env\.X"):
+        config.load_config(path, {})
