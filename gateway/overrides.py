@@ -7,7 +7,7 @@ and `GATEWAY_PORT_8080_TCP_*` into every pod of a namespace holding a Service na
 setting, so each is a warning naming the variable, never a crash (SPEC.md, Environment).
 
 What a path may name: a field of a section (`GATEWAY_SERVER__TIMEOUTS__IDLE`), a whole field of
-any kind as YAML (`GATEWAY_SERVER__API_KEYS='[k1, k2]'`), and an entry of a list of sections by
+any kind as YAML (`GATEWAY_SERVER__API_KEYS='[k1, k2]'`; a list also as `k1` or `k1,k2`), and an entry of a list of sections by
 its index, when the file has that entry (`GATEWAY_MODELS__0__UPSTREAMS='[http://w:8000]'`).
 Mappings (`workers[].env`) are set whole: their keys are case-sensitive, variable names are not.
 """
@@ -115,6 +115,11 @@ def parse_value(value: str, annotation: Any) -> Any:
     all stay text; anything else is read as YAML (`9000`, `{tgi_compat: true}`)."""
     if _is_text(annotation):
         return value
+    if typing.get_origin(annotation) in (tuple, list) and "\n" not in value \
+            and not value.lstrip().startswith("["):
+        # a list as a manifest or a shell gives one: `k1` (a Secret holding one key) or
+        # `k1,k2`, taken as written (no YAML reading of a key's `#` or `!`); empty is none
+        return [part.strip() for part in value.split(",") if part.strip()]
     all_text = all(_is_text(a) for a in typing.get_args(annotation) if a is not Ellipsis)
     loader = yaml.BaseLoader if typing.get_args(annotation) and all_text else yaml.SafeLoader
     try:

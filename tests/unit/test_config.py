@@ -383,3 +383,28 @@ def test_a_yaml_boolean_in_a_workers_env_is_still_refused(tmp_path: Path) -> Non
                            "  - {kind: simulator, model: demo, env: {X: yes}}\n")
     with pytest.raises(config.ConfigError, match=r"workers\[0\]\.env\.X"):
         config.load_config(path, {})
+
+
+@pytest.mark.parametrize(("value", "keys"), [
+    ("k1", ("k1",)),
+    ("k1,k2", ("k1", "k2")),
+    ("k1, k2", ("k1", "k2")),
+    ("0123", ("0123",)),
+    ("!k#1", ("!k#1",)),
+    ("[k1, k2]", ("k1", "k2")),
+    ("- k1\n- k2", ("k1", "k2")),
+    ("", ()),
+])
+def test_api_keys_from_the_environment_as_a_manifest_gives_them(value: str,
+                                                                keys: tuple[str, ...]) -> None:
+    """SPEC.md (Configuration): environment variables override the file "so that a Kubernetes
+    manifest needs no config rewrite for ports and keys". A Secret holds one key, or several
+    joined by commas: `GATEWAY_SERVER__API_KEYS=k1` was refused ("Input should be a valid
+    tuple"), so the gateway did not start."""
+    cfg = config.load_config(None, {"GATEWAY_SERVER__API_KEYS": value})
+    assert cfg.server.api_keys == keys
+
+
+def test_a_list_of_upstreams_from_the_environment_may_be_comma_separated() -> None:
+    cfg = config.load_config(None, {"GATEWAY_MODELS__0__UPSTREAMS": "http://a:1,http://b:2"})
+    assert cfg.models[0].upstreams == ("http://a:1", "http://b:2")
