@@ -201,32 +201,20 @@ class WorkerConfig(_Frozen):
     def _kind(cls, v: str) -> str:
         return _one_of(v, registry.WORKER_KINDS)
 
-    @field_validator("args", mode="before")
+    @field_validator("args", "env", "gpus", mode="before")
     @classmethod
-    def _args(cls, value: Any) -> Any:
-        """A command line is text: YAML reads `[--tokens, 8]` or `--gpu-memory-utilization,
-        0.9` as numbers, meant as the words written."""
-        return [_word(v) for v in value] if isinstance(value, list | tuple) else value
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env(cls, value: Any) -> Any:
-        """An environment's values are text: `{OMP_NUM_THREADS: 4}` means "4"."""
-        return {k: _word(v) for k, v in value.items()} if isinstance(value, dict) else value
-
-    @field_validator("gpus", mode="before")
-    @classmethod
-    def _gpus(cls, value: Any) -> Any:
-        """CUDA_VISIBLE_DEVICES: `"0,1"`, `0` or `[0, 1]` all name the devices."""
+    def _text(cls, value: Any, info: ValidationInfo) -> Any:
+        """A command line, an environment and CUDA_VISIBLE_DEVICES are text: YAML reads
+        `[--tokens, 8]`, `{OMP_NUM_THREADS: 4}` and `gpus: [0, 1]` as numbers, meant as written
+        (a boolean stays an error: `yes` may mean "yes" or "true")."""
+        def word(v: Any) -> Any:
+            return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+        if isinstance(value, dict):
+            return {k: word(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
-            return ",".join(str(_word(v)) for v in value)
-        return _word(value)
-
-
-def _word(value: Any) -> Any:
-    """A YAML number where text belongs, as written (a boolean stays an error: `yes` may
-    mean either "yes" or "true")."""
-    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+            words = [word(v) for v in value]
+            return ",".join(map(str, words)) if info.field_name == "gpus" else words
+        return word(value)
 
 
 class ConfigFields(_Frozen):
