@@ -33,6 +33,7 @@ RESTART_MAX_SECONDS = 30.0
 RESTART_RESET_SECONDS = 60.0
 HEALTH_PERIOD_SECONDS = 5.0  # probes of a running worker
 HEALTH_FAILURES = 3  # consecutive failed probes that take it out of rotation
+NOT_STARTED = 127  # a command that could not be run: the shell's "command not found"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -127,10 +128,16 @@ class ManagedWorker:
                           restarts=self.restarts)
 
     async def _run_once(self) -> int:
-        self.proc = await asyncio.create_subprocess_exec(
-            *self.command(), env=self.environment(), stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True, preexec_fn=die_with_parent)
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.command(), env=self.environment(), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True, preexec_fn=die_with_parent)
+        except OSError as exc:  # not installed, not executable: said, and tried again later
+            self.crashes += 1
+            self._log.error("worker_start_failed", command=shown(self.command()),
+                            error=f"{type(exc).__name__}: {exc}")
+            return NOT_STARTED
         self._log.info("worker_started", pid=self.proc.pid, command=shown(self.command()))
         self.healthy_since = None
         pump = asyncio.ensure_future(self._pump(self.proc))

@@ -226,3 +226,31 @@ async def test_a_running_worker_failing_its_probes_leaves_rotation_and_comes_bac
     finally:
         await worker.stop(grace=1.0)
         await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.anyio
+async def test_a_worker_whose_command_cannot_run_is_logged_and_tried_again_with_backoff(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `vllm` worker on a host without vLLM: the gateway serves on and said nothing (the
+    exec error ended the worker's task unseen). Now each failed start is an error line naming
+    the command and the cause, and is tried again with the restart backoff."""
+    monkeypatch.setattr(supervisor, "RESTART_BASE_SECONDS", 0.01)
+    cfg, router = make([{"kind": "vllm", "model": "demo"}])
+    worker = supervisor.Supervisor(cfg, router, Probes(200)).workers[0]  # type: ignore[arg-type]
+    monkeypatch.setattr(worker, "command", lambda: ["/nonexistent/vllm", "serve", "org/demo"])
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.ensure_future(worker.run())
+        try:
+            async with asyncio.timeout(20):
+                while worker.restarts < 3:
+                    await asyncio.sleep(0.01)
+        finally:
+            await worker.stop(grace=1.0)
+            await asyncio.wait_for(task, 5)
+    failed = [e for e in logs if e["event"] == "worker_start_failed"]
+    assert failed and failed[0]["log_level"] == "error"
+    assert failed[0]["command"][0] == "/nonexistent/vllm" and "FileNotFoundError" in failed[0]["error"]
+    exits = [e for e in logs if e["event"] == "worker_exited"][:3]
+    assert [e["code"] for e in exits] == [supervisor.NOT_STARTED] * 3
+    assert [e["restart_in_s"] for e in exits] == [0.01, 0.02, 0.04]
+    assert router.routes["demo"].upstreams.all == []
