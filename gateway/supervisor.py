@@ -228,9 +228,15 @@ class Supervisor:
         not wait)."""
         self._tasks = [asyncio.ensure_future(w.run() if manage else w.watch())
                        for w in self.workers]
-        quick = [w.healthy.wait() for w in self.workers if w.kind.starts_fast]
-        if quick:
-            await asyncio.wait_for(asyncio.gather(*quick), wait_for_fast)
+        quick = [w for w in self.workers if w.kind.starts_fast]
+        try:
+            await asyncio.wait_for(asyncio.gather(*(w.healthy.wait() for w in quick)),
+                                   wait_for_fast)
+        except TimeoutError:  # an OSError: `serve_failed`, one line naming them, exit 1
+            down = ", ".join(f"{w.cfg.kind} for model `{w.cfg.model}` at {w.url}"
+                             for w in quick if not w.healthy.is_set())
+            raise TimeoutError(f"managed worker not healthy within {wait_for_fast:g}s: {down} "
+                               f"(its worker_output lines say why)") from None
 
     async def stop(self, grace: float = 10.0) -> None:
         await asyncio.gather(*(w.stop(grace) for w in self.workers))

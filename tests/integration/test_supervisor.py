@@ -254,3 +254,18 @@ async def test_a_worker_whose_command_cannot_run_is_logged_and_tried_again_with_
     assert [e["code"] for e in exits] == [supervisor.NOT_STARTED] * 3
     assert [e["restart_in_s"] for e in exits] == [0.01, 0.02, 0.04]
     assert router.routes["demo"].upstreams.all == []
+
+
+@pytest.mark.anyio
+async def test_a_fast_worker_never_healthy_fails_startup_naming_it() -> None:
+    """`gateway serve` with a simulator worker that cannot start exited 1 with
+    `serve_failed` and `"error": ""` (a bare TimeoutError): now the line names the worker."""
+    cfg, router = make([{"kind": "simulator", "model": "demo", "args": ["--no-such-flag"]}])
+    sup = supervisor.Supervisor(cfg, router, Probes(503))  # type: ignore[arg-type]
+    try:
+        with pytest.raises(TimeoutError) as err:
+            await sup.start(wait_for_fast=0.5)
+    finally:
+        await sup.stop(grace=1.0)
+    assert str(err.value).startswith("managed worker not healthy within 0.5s: simulator for "
+                                     f"model `demo` at {sup.workers[0].url}")
