@@ -229,6 +229,8 @@ class Supervisor:
         self._tasks = [asyncio.ensure_future(w.run() if manage else w.watch())
                        for w in self.workers]
         quick = [w for w in self.workers if w.kind.starts_fast]
+        if not quick:
+            return
         try:
             await asyncio.wait_for(asyncio.gather(*(w.healthy.wait() for w in quick)),
                                    wait_for_fast)
