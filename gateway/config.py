@@ -201,6 +201,21 @@ class WorkerConfig(_Frozen):
     def _kind(cls, v: str) -> str:
         return _one_of(v, registry.WORKER_KINDS)
 
+    @field_validator("args", "env", "gpus", mode="before")
+    @classmethod
+    def _text(cls, value: Any, info: ValidationInfo) -> Any:
+        """A command line, an environment and CUDA_VISIBLE_DEVICES are text: YAML reads
+        `[--tokens, 8]`, `{OMP_NUM_THREADS: 4}` and `gpus: [0, 1]` as numbers, meant as written
+        (a boolean stays an error: `yes` may mean "yes" or "true")."""
+        def word(v: Any) -> Any:
+            return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+        if isinstance(value, dict):
+            return {k: word(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            words = [word(v) for v in value]
+            return ",".join(map(str, words)) if info.field_name == "gpus" else words
+        return word(value)
+
 
 class ConfigFields(_Frozen):
     """The gateway's own settings; the protocols' gateway-wide options

@@ -7,7 +7,7 @@ and `GATEWAY_PORT_8080_TCP_*` into every pod of a namespace holding a Service na
 setting, so each is a warning naming the variable, never a crash (SPEC.md, Environment).
 
 What a path may name: a field of a section (`GATEWAY_SERVER__TIMEOUTS__IDLE`), a whole field of
-any kind as YAML (`GATEWAY_SERVER__API_KEYS='[k1, k2]'`, or one key bare: `=k1`), and an entry of a list of sections by
+any kind as YAML (`GATEWAY_SERVER__API_KEYS='[k1, k2]'`; a list of texts also as `k1` or `k1,k2`), and an entry of a list of sections by
 its index, when the file has that entry (`GATEWAY_MODELS__0__UPSTREAMS='[http://w:8000]'`).
 Mappings (`workers[].env`) are set whole: their keys are case-sensitive, variable names are not.
 """
@@ -116,19 +116,24 @@ def parse_value(value: str, annotation: Any) -> Any:
     if _is_text(annotation):
         return value
     all_text = all(_is_text(a) for a in typing.get_args(annotation) if a is not Ellipsis)
+    if typing.get_origin(annotation) in (tuple, list) and all_text and "\n" not in value \
+            and not value.lstrip().startswith("["):
+        # a list of texts as a manifest or a shell gives one: `k1` (a Secret holding one key)
+        # or `k1,k2`, taken as written (no YAML reading of a key's `#` or `!`). Nothing in it
+        # stays an error (validation names the variable): a Secret that lost its key must not
+        # read as "no API keys", which opens every route.
+        parts = [part.strip() for part in value.split(",") if part.strip()]
+        return parts or value
     loader = yaml.BaseLoader if typing.get_args(annotation) and all_text else yaml.SafeLoader
     try:
-        loaded = yaml.load(value, Loader=loader) if value else value  # noqa: S506 (safe loaders)
+        return yaml.load(value, Loader=loader) if value else value  # noqa: S506 (safe loaders)
     except yaml.YAMLError:
         return value  # validation then reports it, with the variable's name
-    if value and isinstance(loaded, str) and typing.get_origin(annotation) in (tuple, list):
-        # one text where a list of them belongs is that list of one: a Secret holding one
-        # key sets GATEWAY_SERVER__API_KEYS=K as it is, with no YAML brackets around it
-        return [loaded]
-    return loaded
 
 
 def _is_text(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is typing.Annotated:  # a checked text (BaseUrl)
+        annotation = typing.get_args(annotation)[0]
     if annotation is str:
         return True
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):

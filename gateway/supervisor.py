@@ -33,6 +33,7 @@ RESTART_MAX_SECONDS = 30.0
 RESTART_RESET_SECONDS = 60.0
 HEALTH_PERIOD_SECONDS = 5.0  # probes of a running worker
 HEALTH_FAILURES = 3  # consecutive failed probes that take it out of rotation
+NOT_STARTED = 127  # a command that could not be run: the shell's "command not found"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -127,10 +128,16 @@ class ManagedWorker:
                           restarts=self.restarts)
 
     async def _run_once(self) -> int:
-        self.proc = await asyncio.create_subprocess_exec(
-            *self.command(), env=self.environment(), stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True, preexec_fn=die_with_parent)
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.command(), env=self.environment(), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True, preexec_fn=die_with_parent)
+        except OSError as exc:  # not installed, not executable: said, and tried again later
+            self.crashes += 1
+            self._log.error("worker_start_failed", command=shown(self.command()),
+                            error=f"{type(exc).__name__}: {exc}")
+            return NOT_STARTED
         self._log.info("worker_started", pid=self.proc.pid, command=shown(self.command()))
         self.healthy_since = None
         pump = asyncio.ensure_future(self._pump(self.proc))
@@ -221,9 +228,17 @@ class Supervisor:
         not wait)."""
         self._tasks = [asyncio.ensure_future(w.run() if manage else w.watch())
                        for w in self.workers]
-        quick = [w.healthy.wait() for w in self.workers if w.kind.starts_fast]
-        if quick:
-            await asyncio.wait_for(asyncio.gather(*quick), wait_for_fast)
+        quick = [w for w in self.workers if w.kind.starts_fast]
+        if not quick:
+            return
+        try:
+            await asyncio.wait_for(asyncio.gather(*(w.healthy.wait() for w in quick)),
+                                   wait_for_fast)
+        except TimeoutError:  # an OSError: `serve_failed`, one line naming them, exit 1
+            down = ", ".join(f"{w.cfg.kind} for model `{w.cfg.model}` at {w.url}"
+                             for w in quick if not w.healthy.is_set())
+            raise TimeoutError(f"managed worker not healthy within {wait_for_fast:g}s: {down} "
+                               f"(its worker_output lines say why)") from None
 
     async def stop(self, grace: float = 10.0) -> None:
         await asyncio.gather(*(w.stop(grace) for w in self.workers))

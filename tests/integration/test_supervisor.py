@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 
 import pytest
 import structlog
@@ -107,8 +108,6 @@ async def test_worker_output_goes_to_the_log_and_never_policy_stops() -> None:
 
 def test_no_worker_survives_a_gateway_killed_with_sigkill(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """PR_SET_PDEATHSIG: the kernel kills the worker when its gateway dies, however it dies."""
-    import time
-
     proc, _ = procs.gateway(tmp_path, None)
     workers = procs.children_of(proc.pid)
     assert workers
@@ -117,3 +116,156 @@ def test_no_worker_survives_a_gateway_killed_with_sigkill(tmp_path) -> None:  # 
     while time.monotonic() < deadline and any(procs.alive(p) for p in workers):
         time.sleep(0.05)
     assert not any(procs.alive(p) for p in workers), "a worker outlived its killed gateway"
+
+
+class Probes:
+    """An upstream client whose health probes answer what the test sets."""
+
+    def __init__(self, status: int = 200):
+        self.status = status
+
+    async def probe(self, url: str, timeout: float) -> int:
+        return self.status
+
+
+def scripted(monkeypatch: pytest.MonkeyPatch, script: str, client: Probes, **entry: object
+             ) -> supervisor.ManagedWorker:
+    """A managed worker whose process runs `script` (python -c)."""
+    cfg, router = make([{"kind": "simulator", "model": "demo", **entry}])
+    worker = supervisor.Supervisor(cfg, router, client).workers[0]  # type: ignore[arg-type]
+    monkeypatch.setattr(worker, "command", lambda: [sys.executable, "-c", script])
+    return worker
+
+
+# Prints its own pid and that of a child in its process group, then sleeps.
+_FAMILY = ("import os, signal, subprocess, sys, time\n"
+           "{setup}\n"
+           "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+           "print(os.getpid(), child.pid, flush=True)\n"
+           "time.sleep(60)\n")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("setup", "code"), [
+    ("", -signal.SIGTERM),
+    ("signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))", 0),
+    ("signal.signal(signal.SIGTERM, signal.SIG_IGN)", -signal.SIGKILL),
+], ids=["dies-on-sigterm", "exits-on-sigterm", "ignores-sigterm"])
+async def test_stop_sends_sigterm_then_sigkill_to_the_whole_group(
+        monkeypatch: pytest.MonkeyPatch, setup: str, code: int) -> None:
+    """SPEC.md (Workers the gateway manages): stopped by SIGTERM, then SIGKILL; a worker that
+    ignores SIGTERM is killed once the grace is over, and a process it started goes too."""
+    worker = scripted(monkeypatch, _FAMILY.format(setup=setup), Probes(200))
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.ensure_future(worker.run())
+        try:
+            async with asyncio.timeout(20):
+                while not any(e["event"] == "worker_output" for e in logs):
+                    await asyncio.sleep(0.02)
+            pids = [int(p) for p in next(e["line"] for e in logs
+                                         if e["event"] == "worker_output").split()]
+            started = asyncio.get_running_loop().time()
+            await worker.stop(grace=1.0)
+            took = asyncio.get_running_loop().time() - started
+        finally:
+            await worker.stop(grace=1.0)
+            await asyncio.wait_for(task, 5)
+    assert worker.proc is not None and worker.proc.returncode == code
+    assert took < 5 and (took >= 1.0) == (code == -signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(procs.alive(p) for p in pids):
+        await asyncio.sleep(0.05)
+    assert not any(procs.alive(p) for p in pids)
+    assert worker.restarts == 0  # a stopped worker is not restarted
+
+
+@pytest.mark.anyio
+async def test_a_worker_never_healthy_within_startup_timeout_is_killed_and_restarted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose health route never answers 200 is never put in rotation; past its
+    `startup_timeout` it is killed and started again, with backoff."""
+    monkeypatch.setattr(supervisor, "RESTART_BASE_SECONDS", 0.05)
+    worker = scripted(monkeypatch, "import time; time.sleep(60)", Probes(503),
+                      startup_timeout=0.5)
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.ensure_future(worker.run())
+        try:
+            async with asyncio.timeout(20):
+                while worker.restarts < 2:
+                    await asyncio.sleep(0.02)
+        finally:
+            await worker.stop(grace=1.0)
+            await asyncio.wait_for(task, 5)
+    assert worker.route.upstreams.all == []
+    events = [e["event"] for e in logs]
+    assert "worker_healthy" not in events and events.count("worker_unhealthy") >= 2
+    exits = [e for e in logs if e["event"] == "worker_exited"]
+    assert [e["code"] for e in exits[:2]] == [-signal.SIGKILL] * 2
+    assert exits[0]["restart_in_s"] < exits[1]["restart_in_s"]
+
+
+@pytest.mark.anyio
+async def test_a_running_worker_failing_its_probes_leaves_rotation_and_comes_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Health is probed while the worker runs: HEALTH_FAILURES failed probes in a row take
+    it out of its model's upstreams (the process is left running), a passing one puts it
+    back."""
+    monkeypatch.setattr(supervisor, "HEALTH_PERIOD_SECONDS", 0.05)
+    client = Probes(200)
+    worker = scripted(monkeypatch, "import time; time.sleep(60)", client)
+    ups = worker.route.upstreams
+    task = asyncio.ensure_future(worker.run())
+    try:
+        await _until(lambda: ups.all == [worker.url], 20)
+        client.status = 503
+        await _until(lambda: ups.all == [], 5)
+        assert worker.proc is not None and worker.proc.returncode is None
+        client.status = 200
+        await _until(lambda: ups.all == [worker.url], 5)
+        assert worker.restarts == 0
+    finally:
+        await worker.stop(grace=1.0)
+        await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.anyio
+async def test_a_worker_whose_command_cannot_run_is_logged_and_tried_again_with_backoff(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `vllm` worker on a host without vLLM: the gateway serves on and said nothing (the
+    exec error ended the worker's task unseen). Now each failed start is an error line naming
+    the command and the cause, and is tried again with the restart backoff."""
+    monkeypatch.setattr(supervisor, "RESTART_BASE_SECONDS", 0.01)
+    cfg, router = make([{"kind": "vllm", "model": "demo"}])
+    worker = supervisor.Supervisor(cfg, router, Probes(200)).workers[0]  # type: ignore[arg-type]
+    monkeypatch.setattr(worker, "command", lambda: ["/nonexistent/vllm", "serve", "org/demo"])
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.ensure_future(worker.run())
+        try:
+            async with asyncio.timeout(20):
+                while worker.restarts < 3:
+                    await asyncio.sleep(0.01)
+        finally:
+            await worker.stop(grace=1.0)
+            await asyncio.wait_for(task, 5)
+    failed = [e for e in logs if e["event"] == "worker_start_failed"]
+    assert failed and failed[0]["log_level"] == "error"
+    assert failed[0]["command"][0] == "/nonexistent/vllm" and "FileNotFoundError" in failed[0]["error"]
+    exits = [e for e in logs if e["event"] == "worker_exited"][:3]
+    assert [e["code"] for e in exits] == [supervisor.NOT_STARTED] * 3
+    assert [e["restart_in_s"] for e in exits] == [0.01, 0.02, 0.04]
+    assert router.routes["demo"].upstreams.all == []
+
+
+@pytest.mark.anyio
+async def test_a_fast_worker_never_healthy_fails_startup_naming_it() -> None:
+    """`gateway serve` with a simulator worker that cannot start exited 1 with
+    `serve_failed` and `"error": ""` (a bare TimeoutError): now the line names the worker."""
+    cfg, router = make([{"kind": "simulator", "model": "demo", "args": ["--no-such-flag"]}])
+    sup = supervisor.Supervisor(cfg, router, Probes(503))  # type: ignore[arg-type]
+    try:
+        with pytest.raises(TimeoutError) as err:
+            await sup.start(wait_for_fast=0.5)
+    finally:
+        await sup.stop(grace=1.0)
+    assert str(err.value).startswith("managed worker not healthy within 0.5s: simulator for "
+                                     f"model `demo` at {sup.workers[0].url}")

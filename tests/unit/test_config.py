@@ -450,3 +450,66 @@ def test_one_bare_key_from_the_environment_is_the_list_of_that_key(
     cfg = config.load_config(None, {"GATEWAY_SERVER__API_KEYS": value,
                                     "GATEWAY_MODELS__0__ALIASES": "chat"})
     assert cfg.server.api_keys == keys and cfg.models[0].aliases == ("chat",)
+
+
+@pytest.mark.parametrize(("yaml_text", "args", "env", "gpus"), [
+    ("args: [--tokens, 8, --gpu-memory-utilization, 0.9]", ("--tokens", "8",
+                                                             "--gpu-memory-utilization", "0.9"),
+     {}, None),
+    ("env: {OMP_NUM_THREADS: 4, HF_HOME: /m}", (), {"OMP_NUM_THREADS": "4", "HF_HOME": "/m"},
+     None),
+    ("gpus: 0", (), {}, "0"),
+    ("gpus: [0, 1]", (), {}, "0,1"),
+    ("gpus: '2,3'", (), {}, "2,3"),
+], ids=["args", "env", "gpus-int", "gpus-list", "gpus-text"])
+def test_a_workers_args_env_and_gpus_take_yaml_numbers_as_written(
+        tmp_path: Path, yaml_text: str, args: tuple[str, ...], env: dict[str, str],
+        gpus: str | None) -> None:
+    """SPEC.md (Workers the gateway manages): an entry's args, env and GPUs reach its process.
+    YAML reads `[--tokens, 8]`, `{OMP_NUM_THREADS: 4}` and `gpus: 0` as numbers; they were
+    refused ("Input should be a valid string") though they mean the text written."""
+    text = f"models: [{{name: demo}}]\nworkers:\n  - kind: simulator\n    model: demo\n" \
+           f"    {yaml_text}\n"
+    cfg = config.load_config(write(tmp_path, text), {})
+    w = cfg.workers[0]
+    assert (w.args, w.env, w.gpus) == (args, env, gpus)
+
+
+def test_a_yaml_boolean_in_a_workers_env_is_still_refused(tmp_path: Path) -> None:
+    """`yes` may mean "yes" or "true": the file must say which, as text."""
+    path = write(tmp_path, "models: [{name: demo}]\nworkers:\n"
+                           "  - {kind: simulator, model: demo, env: {X: yes}}\n")
+    with pytest.raises(config.ConfigError, match=r"workers\[0\]\.env\.X"):
+        config.load_config(path, {})
+
+
+@pytest.mark.parametrize(("value", "keys"), [
+    ("k1", ("k1",)),
+    ("k1,k2", ("k1", "k2")),
+    ("k1, k2", ("k1", "k2")),
+    ("0123", ("0123",)),
+    ("!k#1", ("!k#1",)),
+    ("[k1, k2]", ("k1", "k2")),
+    ("- k1\n- k2", ("k1", "k2")),
+])
+def test_api_keys_from_the_environment_as_a_manifest_gives_them(value: str,
+                                                                keys: tuple[str, ...]) -> None:
+    """SPEC.md (Configuration): environment variables override the file "so that a Kubernetes
+    manifest needs no config rewrite for ports and keys". A Secret holds one key, or several
+    joined by commas: `GATEWAY_SERVER__API_KEYS=k1` was refused ("Input should be a valid
+    tuple"), so the gateway did not start."""
+    cfg = config.load_config(None, {"GATEWAY_SERVER__API_KEYS": value})
+    assert cfg.server.api_keys == keys
+
+
+def test_a_list_of_upstreams_from_the_environment_may_be_comma_separated() -> None:
+    cfg = config.load_config(None, {"GATEWAY_MODELS__0__UPSTREAMS": "http://a:1,http://b:2"})
+    assert cfg.models[0].upstreams == ("http://a:1", "http://b:2")
+
+
+@pytest.mark.parametrize("value", ["", " ", ","])
+def test_an_empty_api_keys_variable_is_an_error_never_an_open_gateway(value: str) -> None:
+    """A Secret that lost its key sets the variable empty: read as no keys, every route would
+    be open; it is a config error naming the variable instead."""
+    with pytest.raises(config.ConfigError, match="GATEWAY_SERVER__API_KEYS|api_keys"):
+        config.load_config(None, {"GATEWAY_SERVER__API_KEYS": value})

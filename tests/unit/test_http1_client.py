@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import socket
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -230,6 +231,31 @@ async def test_breaks_and_refusals_map_to_gateway_errors() -> None:
         with pytest.raises(errors.UpstreamError) as err:
             await client.send(post(bad))
         assert type(err.value) is errors.UpstreamError and "not valid" in err.value.message
+
+
+async def test_connect_timeout_bounds_reaching_a_worker_that_never_accepts() -> None:
+    """SPEC.md (Configuration): `timeouts.connect` bounds the connect. A port whose accept
+    queue is full takes no connection (the kernel drops further SYNs): the attempt is an
+    `UpstreamUnavailable` (retried elsewhere) once the timeout is over, not a hang."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(0)
+        filling = [socket.socket() for _ in range(3)]
+        try:
+            for c in filling:
+                c.setblocking(False)
+                c.connect_ex(hole.getsockname())
+            client = http1.Http1Client(0.5)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with pytest.raises(errors.UpstreamUnavailable, match="could not be reached"):
+                await asyncio.wait_for(
+                    client.send(post(f"http://127.0.0.1:{hole.getsockname()[1]}")), 10)
+            assert 0.4 <= loop.time() - started < 5
+            await client.aclose()
+        finally:
+            for c in filling:
+                c.close()
 
 
 async def test_body_without_length_ends_with_the_connection() -> None:
