@@ -146,6 +146,75 @@ def _changed(series: Any) -> None:
             flush()
 
 
+class Routed:
+    """The series a routed request records in the common case (a 2xx with no error, its
+    upstream attempts ending well), for one (http route, operation, model, provider): found
+    once per request (`routed`) instead of by `child` per observation, and marked changed
+    once per turn for all of them (`touch`) instead of once per series."""
+
+    __slots__ = ("_base", "_members", "_upstreams", "dirty", "duration", "genai", "in_flight",
+                 "route", "tokens_in", "tokens_out", "tpot", "ttft")
+
+    def __init__(self, route: str, operation: str, model: str, provider: str):
+        genai = self.genai = (operation, model, provider)
+        self.route = route
+        self.in_flight = child(IN_FLIGHT, model)
+        self.duration = child(REQUEST_DURATION, *genai, route, "2xx", "")
+        self.tokens_in = child(TOKEN_USAGE, *genai, "input")
+        self.tokens_out = child(TOKEN_USAGE, *genai, "output")
+        self.ttft = child(TIME_TO_FIRST_TOKEN, *genai)
+        self.tpot = child(TIME_PER_OUTPUT_TOKEN, *genai)
+        self._base = [self.in_flight, self.duration, self.tokens_in, self.tokens_out, self.ttft,
+                      self.tpot]
+        self._members = list(self._base)
+        # upstream URL -> its (attempts, attempt duration) series of an attempt with no error
+        self._upstreams: dict[str, tuple[Any, Any]] = {}
+        self.dirty = False
+
+    def upstream(self, url: str) -> tuple[Any, Any]:
+        """`url`'s attempt counter and attempt duration, for an attempt with no error."""
+        found = self._upstreams.get(url)
+        if found is None:
+            operation, model, provider = self.genai
+            host, port = address(url)
+            found = self._upstreams[url] = (
+                child(ATTEMPTS, model, shown(url), ""),
+                child(OPERATION_DURATION, operation, model, provider, host, str(port), ""))
+            self._members += found
+        return found
+
+    def forget_upstreams(self) -> None:
+        """Upstream series are looked up again (some were dropped: `_forget`)."""
+        self._upstreams.clear()
+        self._members = list(self._base)
+
+    def touch(self) -> None:
+        """Something was added to a member (by its `add`, which marks the member dirty but
+        leaves it to its group to be flushed): flushed at the turn's end."""
+        if not self.dirty:
+            self.dirty = True
+            _changed(self)
+
+    def flush(self) -> None:
+        self.dirty = False
+        for member in self._members:
+            if member.dirty:  # a member's own flush clears it (a shared one: flushed once)
+                member.flush()
+
+
+_routed: dict[tuple[str, str, str, str], Routed] = {}
+
+
+def routed(route: str, operation: str, model: str, provider: str) -> Routed:
+    """The `Routed` series of these labels, made on first use (the label sets are bounded
+    by the configuration)."""
+    key = (route, operation, model, provider)
+    found = _routed.get(key)
+    if found is None:
+        found = _routed[key] = Routed(route, operation, model, provider)
+    return found
+
+
 class _Delta:
     """A counter's or gauge's series; its change in this turn, applied at `flush`."""
 
@@ -164,6 +233,11 @@ class _Delta:
 
     def dec(self, amount: float = 1.0) -> None:  # gauges only
         self.inc(-amount)
+
+    def add(self, amount: float) -> None:
+        """As `inc`, for a `Routed` member: its group is marked changed instead."""
+        self.delta += amount
+        self.dirty = True
 
     def flush(self) -> None:
         delta, self.delta, self.dirty = self.delta, 0.0, False
@@ -191,11 +265,20 @@ class _Buckets:
 
     def observe(self, amount: float) -> None:
         i = bisect.bisect_left(self.bounds, amount)  # the first bound >= amount, as observe()
-        self.counts[i] = self.counts.get(i, 0) + 1
+        counts = self.counts
+        counts[i] = counts[i] + 1 if i in counts else 1
         self.total += amount
         if not self.dirty:
             self.dirty = True
             _changed(self)
+
+    def add(self, amount: float) -> None:
+        """As `observe`, for a `Routed` member: its group is marked changed instead."""
+        i = bisect.bisect_left(self.bounds, amount)
+        counts = self.counts
+        counts[i] = counts[i] + 1 if i in counts else 1
+        self.total += amount
+        self.dirty = True
 
     def flush(self) -> None:
         buckets = self.series._buckets  # noqa: SLF001
@@ -223,6 +306,11 @@ class _Observations:
         if not self.dirty:
             self.dirty = True
             _changed(self)
+
+    def add(self, amount: float) -> None:
+        """As `observe`, for a `Routed` member: its group is marked changed instead."""
+        self.values.append(amount)
+        self.dirty = True
 
     def flush(self) -> None:
         for amount in self.values:
@@ -327,6 +415,8 @@ def _forget(gone: set[tuple[str, str]], listed: set[tuple[str, str]]) -> None:
 
     for key in [k for k in _children if stale(*k)]:
         del _children[key]
+    for group in _routed.values():
+        group.forget_upstreams()
     for metric in (*_BY_URL, *_BY_ADDRESS):
         # prometheus_client lists a metric's label sets only in its private `_metrics`
         for values in [v for v in metric._metrics if stale(metric, v)]:  # noqa: SLF001
