@@ -146,9 +146,12 @@ class Watch:
         """The answer's last byte is out (or the client is gone): record the request."""
         etype = x.error_type
         self._close_attempt(etype)
-        if self.series is not None:
-            self.series.in_flight.add(-1.0)
+        series = self.series
+        if series is not None:
+            series.in_flight.add(-1.0)
         record(self, x, ended)
+        if series is not None:  # what was added to its series, flushed at the turn's end
+            series.touch()
         if self._span is not None:
             self._span.set_attributes(response_attributes(x, ended))
             if self.routed:  # the model that answered, as the worker serves it
@@ -185,7 +188,8 @@ def record(w: Watch, x: Exchange, ended: float) -> None:
 
 
 def _record_routed(series: metrics.Routed, x: Exchange, ended: float) -> None:
-    """`record` of a routed request answered with a 2xx and no error, by its `Routed` series."""
+    """`record` of a routed request answered with a 2xx and no error, by its `Routed` series
+    (which the caller marks changed: `Watch.finish`)."""
     series.duration.add(ended - x.started)
     if x.usage is not None:
         series.tokens_in.add(x.usage.prompt_tokens)
@@ -194,7 +198,6 @@ def _record_routed(series: metrics.Routed, x: Exchange, ended: float) -> None:
         series.ttft.add(x.first_event_at - x.started)
         if x.usage is not None and x.usage.completion_tokens > 1:
             series.tpot.add((ended - x.first_event_at) / (x.usage.completion_tokens - 1))
-    series.touch()
 
 
 def request_attributes(w: Watch, req: canonical.InferenceRequest) -> dict[str, Any]:

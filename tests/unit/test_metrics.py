@@ -549,3 +549,45 @@ def test_routed_groups_find_an_upstreams_series_anew_once_it_was_dropped() -> No
     new = group.upstream(url)
     assert new[0] is not old[0] and new[1] is not old[1]
     assert metrics.child(metrics.ATTEMPTS, "grp2", url, "") is new[0]
+
+
+@pytest.mark.parametrize(("status", "etype"), [(200, ""), (200, "client_closed"),
+                                               (502, "UpstreamUnavailable")])
+def test_a_routed_request_leaves_flight_however_it_ends(status: int, etype: str) -> None:
+    """Routed in one turn, ended in a later one, by the common path (a 2xx, no error) or not:
+    the in-flight gauge is back where it was and the request is counted once."""
+    from types import SimpleNamespace
+
+    from gateway import exchange, telemetry
+    from schemas import canonical
+
+    model = f"leave-{status}-{etype}"
+    route = SimpleNamespace(name=model, config=SimpleNamespace(backend="vllm"),
+                            upstream_model=model)
+    req = canonical.InferenceRequest(model=model, messages=[])
+
+    def flight() -> float:
+        return value(_registry_copy(metrics.REGISTRY), "gateway_requests_in_flight",
+                     gen_ai_request_model=model)
+
+    async def main() -> tuple[float, float]:
+        x = exchange.Exchange("rid", "/v1/chat/completions", 0.0, route="/v1/chat/completions")
+        w = telemetry.Watch(None, {}, "/v1/chat/completions")
+        w.route(route, req)  # type: ignore[arg-type]
+        w.begin("http://10.7.7.9:8000")
+        await asyncio.sleep(0)
+        during = flight()
+        x.status, x.error_type = status, etype
+        w.finish(x, 1.0)
+        await asyncio.sleep(0)
+        return during, flight()
+
+    during, after = asyncio.run(main())
+    assert (during, after) == (1.0, 0.0)
+    got = _registry_copy(metrics.REGISTRY)
+    assert value(got, "gen_ai_server_request_duration_seconds_count", gen_ai_operation_name="chat",
+                 gen_ai_request_model=model, gen_ai_provider_name="vllm",
+                 http_route="/v1/chat/completions", http_status_class=f"{status // 100}xx",
+                 error_type=etype) == 1
+    assert value(got, "gateway_upstream_attempts_total", gen_ai_request_model=model,
+                 upstream="http://10.7.7.9:8000", error_type=etype) == 1
