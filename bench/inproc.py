@@ -139,6 +139,10 @@ class NullPeer:
     def on_disconnect(self, fn: Any) -> Any:
         return _nothing
 
+    def ready_body(self) -> bytes | None:  # as gateway.http_cycle.Cycle's, its body all here
+        body, self.body = self.body, b""
+        return body
+
 
 class WritingPeer(NullPeer):
     """The client of the gateway's own server (gateway.http_cycle.Cycle): bytes written at

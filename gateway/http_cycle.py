@@ -159,6 +159,19 @@ class Cycle:
     def _unhook(self) -> None:
         self._lost_hook = None
 
+    def ready_body(self) -> bytes | None:
+        """The whole body, taken as `receive` takes it, when it is all here and `receive`
+        would return it at once (most bodies come with their head): the caller then needs no
+        deadline for it. None otherwise."""
+        if self.lost or self.delivered or not self.body_done:
+            return None
+        data = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        self.body = []
+        self.body_size = 0
+        self.delivered = True
+        self.conn.resume_reading()
+        return data
+
     async def receive(self) -> Message:
         """ASGI `receive`: the body as it arrives, then `http.disconnect` once the client is
         gone or the response is complete."""
