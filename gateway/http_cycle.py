@@ -71,8 +71,11 @@ def status_line(status: int) -> bytes:
 def new_id() -> str:
     """A random 128-bit id in 32 hex digits (request and response ids): as unique as
     uuid4().hex, at a twentieth of its cost (randbytes' hex is a third of formatting
-    getrandbits(128))."""
-    return random.randbytes(16).hex()
+    getrandbits(128)); randbytes' own body, spelled out (one Python call less)."""
+    return _getrandbits(128).to_bytes(16, "little").hex()
+
+
+_getrandbits = random.getrandbits  # random.randbytes(16) is getrandbits(128).to_bytes(16, "little")
 
 
 def plain_response(status: int, text: str, request_id: bytes | None = None) -> bytes:
