@@ -591,3 +591,43 @@ def test_a_routed_request_leaves_flight_however_it_ends(status: int, etype: str)
                  error_type=etype) == 1
     assert value(got, "gateway_upstream_attempts_total", gen_ai_request_model=model,
                  upstream="http://10.7.7.9:8000", error_type=etype) == 1
+
+
+def test_a_value_kept_otherwise_than_as_a_locked_float_gets_its_own_inc() -> None:
+    """One serving process: a turn's change is added to prometheus_client's float itself;
+    the multiprocess mode's values (files) are changed by their own `inc`."""
+    import prometheus_client as prom
+
+    class Filed:
+        def __init__(self) -> None:
+            self.got: list[float] = []
+
+        def inc(self, amount: float) -> None:
+            self.got.append(amount)
+
+    class Series:
+        def __init__(self) -> None:
+            self._value = Filed()
+            self.got: list[float] = []
+
+        def inc(self, amount: float) -> None:
+            self.got.append(amount)
+
+    filed = metrics._Delta(Series())
+    filed.add(2.0)
+    filed.flush()
+    assert filed.value is None and filed.series.got == [2.0]
+
+    counter = prom.Counter("direct", "", ["k"], registry=prom.CollectorRegistry()).labels("a")
+    held = metrics._Delta(counter)
+    held.add(3.0)
+    held.flush()
+    assert held.value is not None and counter._value.get() == 3.0
+    histogram = prom.Histogram("direct_h", "", ["k"], buckets=(1.0, 2.0),
+                               registry=prom.CollectorRegistry()).labels("a")
+    buckets = metrics._Buckets(histogram)
+    buckets.add(1.5)
+    buckets.flush()
+    assert buckets.direct
+    assert [b.get() for b in histogram._buckets] == [0.0, 1.0, 0.0]
+    assert histogram._sum.get() == 1.5
