@@ -139,7 +139,7 @@ class NullPeer:
     def on_disconnect(self, fn: Any) -> Any:
         return _nothing
 
-    def ready_body(self) -> bytes | None:  # as gateway.http_cycle.Cycle's, its body all here
+    def ready_body(self, limit: int) -> bytes | None:  # as http_cycle.Cycle's, all here
         body, self.body = self.body, b""
         return body
 

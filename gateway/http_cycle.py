@@ -162,11 +162,11 @@ class Cycle:
     def _unhook(self) -> None:
         self._lost_hook = None
 
-    def ready_body(self) -> bytes | None:
-        """The whole body, taken as `receive` takes it, when it is all here and `receive`
-        would return it at once (most bodies come with their head): the caller then needs no
-        deadline for it. None otherwise."""
-        if self.lost or self.delivered or not self.body_done:
+    def ready_body(self, limit: int) -> bytes | None:
+        """The whole body, taken as `receive` takes it, when it is all here (most bodies come
+        with their head), not empty and within `limit` bytes: `receive` would return it at
+        once, so the caller arms no deadline for it. None otherwise, and nothing is taken."""
+        if self.lost or self.delivered or not self.body_done or not 0 < self.body_size <= limit:
             return None
         data = self.body[0] if len(self.body) == 1 else b"".join(self.body)
         self.body = []

@@ -35,9 +35,9 @@ class Peer(Protocol):
         """Call `fn` once if the client goes away; returns what stops watching."""
         ...
 
-    def ready_body(self) -> bytes | None:
-        """The whole request body if it is all here already (`receive` would not wait for
-        it), taken; else None, and `receive` reads it."""
+    def ready_body(self, limit: int) -> bytes | None:
+        """The whole request body, taken, if it is all here already (`receive` would not wait
+        for it), not empty and within `limit` bytes; else None, and `receive` reads it."""
         ...
 
 
@@ -57,7 +57,7 @@ class AsgiPeer:
     def on_disconnect(self, fn: Callable[[], None]) -> Callable[[], object]:
         return asyncio.ensure_future(self._watch(fn)).cancel
 
-    def ready_body(self) -> bytes | None:
+    def ready_body(self, limit: int) -> bytes | None:
         return None  # ASGI tells only by `receive`
 
     async def _watch(self, fn: Callable[[], None]) -> None:

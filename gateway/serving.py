@@ -90,8 +90,8 @@ class ProtocolEndpoint:
                 raise errors.Overloaded("too many requests in flight; retry later")
             s.in_flight += 1
             admitted = True
-            body = await read_body(client.receive, headers, s.config.server,
-                                   client.ready_body())
+            body = client.ready_body(s.config.server.max_request_bytes) or \
+                await read_body(client.receive, headers, s.config.server)
             ctx = base.RequestContext(client.path, client.path_params, headers,
                                       s.router.options)
             answerer = translator = self.frontend.parse(body, ctx)
@@ -298,19 +298,13 @@ class ClientGone(Exception):
     """The client closed its connection before its request body ended."""
 
 
-async def read_body(receive: Receive, headers: dict[str, str], server: config.ServerConfig,
-                    ready: bytes | None = None) -> bytes:
+async def read_body(receive: Receive, headers: dict[str, str], server: config.ServerConfig) -> bytes:
     """The whole request body, refused past `max_request_bytes` or `timeouts.request_read`;
-    ClientGone if the client leaves first. `ready`: the whole body, already here
-    (`Peer.ready_body`), which needs no deadline."""
+    ClientGone if the client leaves first."""
     limit = server.max_request_bytes
     declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise errors.PayloadTooLarge(f"the request body exceeds {limit} bytes")
-    if ready is not None:
-        if len(ready) > limit:
-            raise errors.PayloadTooLarge(f"the request body exceeds {limit} bytes")
-        return ready
     parts: list[bytes] = []
     size = 0
     try:
