@@ -139,6 +139,10 @@ class NullPeer:
     def on_disconnect(self, fn: Any) -> Any:
         return _nothing
 
+    def ready_body(self, limit: int) -> bytes | None:  # as http_cycle.Cycle's, all here
+        body, self.body = self.body, b""
+        return body
+
 
 class WritingPeer(NullPeer):
     """The client of the gateway's own server (gateway.http_cycle.Cycle): bytes written at

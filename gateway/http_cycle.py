@@ -71,8 +71,11 @@ def status_line(status: int) -> bytes:
 def new_id() -> str:
     """A random 128-bit id in 32 hex digits (request and response ids): as unique as
     uuid4().hex, at a twentieth of its cost (randbytes' hex is a third of formatting
-    getrandbits(128))."""
-    return random.randbytes(16).hex()
+    getrandbits(128)); randbytes' own body, spelled out (one Python call less)."""
+    return _getrandbits(128).to_bytes(16, "little").hex()
+
+
+_getrandbits = random.getrandbits  # random.randbytes(16) is getrandbits(128).to_bytes(16, "little")
 
 
 def plain_response(status: int, text: str, request_id: bytes | None = None) -> bytes:
@@ -158,6 +161,19 @@ class Cycle:
 
     def _unhook(self) -> None:
         self._lost_hook = None
+
+    def ready_body(self, limit: int) -> bytes | None:
+        """The whole body, taken as `receive` takes it, when it is all here (most bodies come
+        with their head), not empty and within `limit` bytes: `receive` would return it at
+        once, so the caller arms no deadline for it. None otherwise, and nothing is taken."""
+        if self.lost or self.delivered or not self.body_done or not 0 < self.body_size <= limit:
+            return None
+        data = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        self.body = []
+        self.body_size = 0
+        self.delivered = True
+        self.conn.resume_reading()
+        return data
 
     async def receive(self) -> Message:
         """ASGI `receive`: the body as it arrives, then `http.disconnect` once the client is

@@ -24,8 +24,6 @@ process and are left out there.
 
 from __future__ import annotations
 
-import asyncio
-import bisect
 import functools
 import os
 from collections.abc import Iterator, Sequence
@@ -35,6 +33,7 @@ from urllib.parse import urlsplit
 import prometheus_client as prom
 from prometheus_client import multiprocess
 
+from gateway import held
 from gateway import upstream as upstream_url
 
 if TYPE_CHECKING:
@@ -108,127 +107,81 @@ UPSTREAM_HEALTHY = prom.Gauge("gateway_upstream_healthy",
 # open even when API keys are set).
 shown = upstream_url.shown
 _listed: set[tuple[str, str]] = set()
-_children: dict[tuple[object, tuple[str, ...]], Any] = {}
-_dirty: list[Any] = []  # series changed in this turn of the event loop
+# The holders that keep a turn's changes (gateway.held), as this module's own.
+child, flush, _changed = held.child, held.flush, held._changed  # noqa: SLF001
+_children, _dirty = held._children, held._dirty  # noqa: SLF001
+_Delta, _Buckets, _Observations = held._Delta, held._Buckets, held._Observations  # noqa: SLF001
 
 
-def child(metric: Any, *labels: str) -> Any:
-    """`metric.labels(*labels)`, remembered (the label sets are bounded, and labels() checks
-    and converts its arguments on every call), behind a holder that keeps this turn's changes
-    until `flush`."""
-    key = (metric, labels)
-    found = _children.get(key)
+class Routed:
+    """The series a routed request records in the common case (a 2xx with no error, its
+    upstream attempts ending well), for one (http route, operation, model, provider): found
+    once per request (`routed`) instead of by `child` per observation, and marked changed
+    once per turn for all of them (`touch`) instead of once per series."""
+
+    __slots__ = ("_base", "_members", "_upstreams", "dirty", "duration", "genai", "in_flight",
+                 "route", "tokens_in", "tokens_out", "tpot", "ttft")
+
+    def __init__(self, route: str, operation: str, model: str, provider: str):
+        genai = self.genai = (operation, model, provider)
+        self.route = route
+        self.in_flight = child(IN_FLIGHT, model)
+        self.duration = child(REQUEST_DURATION, *genai, route, "2xx", "")
+        self.tokens_in = child(TOKEN_USAGE, *genai, "input")
+        self.tokens_out = child(TOKEN_USAGE, *genai, "output")
+        self.ttft = child(TIME_TO_FIRST_TOKEN, *genai)
+        self.tpot = child(TIME_PER_OUTPUT_TOKEN, *genai)
+        self._base = [self.in_flight, self.duration, self.tokens_in, self.tokens_out, self.ttft,
+                      self.tpot]
+        self._members = list(self._base)
+        # upstream URL -> its (attempts, attempt duration) series of an attempt with no error
+        self._upstreams: dict[str, tuple[Any, Any]] = {}
+        self.dirty = False
+
+    def upstream(self, url: str) -> tuple[Any, Any]:
+        """`url`'s attempt counter and attempt duration, for an attempt with no error."""
+        found = self._upstreams.get(url)
+        if found is None:
+            operation, model, provider = self.genai
+            host, port = address(url)
+            found = self._upstreams[url] = (
+                child(ATTEMPTS, model, shown(url), ""),
+                child(OPERATION_DURATION, operation, model, provider, host, str(port), ""))
+            self._members += found
+        return found
+
+    def forget_upstreams(self) -> None:
+        """Upstream series are looked up again (some were dropped: `_forget`)."""
+        self._upstreams.clear()
+        self._members = list(self._base)
+
+    def touch(self) -> None:
+        """Something was added to a member (by its `add`, which marks the member dirty but
+        leaves it to its group to be flushed): flushed at the turn's end."""
+        if not self.dirty:
+            self.dirty = True
+            _changed(self)
+
+    def flush(self) -> None:
+        self.dirty = False
+        for member in self._members:
+            if member.dirty:  # a member's own flush clears it (a shared one: flushed once)
+                member.flush()
+
+
+_routed: dict[tuple[str, str, str, str], Routed] = {}
+
+
+def routed(route: str, operation: str, model: str, provider: str) -> Routed:
+    """The `Routed` series of these labels, made on first use (the label sets are bounded
+    by the configuration)."""
+    key = (route, operation, model, provider)
+    found = _routed.get(key)
     if found is None:
-        series = metric.labels(*labels)
-        if isinstance(metric, prom.Histogram):
-            found = _Buckets(series) if _Buckets.fits(series) else _Observations(series)
-        else:
-            found = _Delta(series)
-        _children[key] = found
+        found = _routed[key] = Routed(route, operation, model, provider)
     return found
 
 
-def flush() -> None:
-    """Hand what this turn recorded to prometheus_client (scheduled at the first change of
-    a turn; a scrape and the shutdown call it too)."""
-    dirty = _dirty[:]
-    _dirty.clear()
-    for series in dirty:
-        series.flush()
-
-
-def _changed(series: Any) -> None:
-    _dirty.append(series)
-    if len(_dirty) == 1:
-        try:
-            asyncio.get_running_loop().call_soon(flush)
-        except RuntimeError:  # no loop running: at once
-            flush()
-
-
-class _Delta:
-    """A counter's or gauge's series; its change in this turn, applied at `flush`."""
-
-    __slots__ = ("delta", "dirty", "series")
-
-    def __init__(self, series: Any):
-        self.series = series
-        self.delta = 0.0
-        self.dirty = False
-
-    def inc(self, amount: float = 1.0) -> None:
-        self.delta += amount
-        if not self.dirty:
-            self.dirty = True
-            _changed(self)
-
-    def dec(self, amount: float = 1.0) -> None:  # gauges only
-        self.inc(-amount)
-
-    def flush(self) -> None:
-        delta, self.delta, self.dirty = self.delta, 0.0, False
-        if delta:
-            self.series.inc(delta)  # a gauge takes a negative one
-
-
-class _Buckets:
-    """A histogram's series; this turn's observations counted per bucket, added at `flush`
-    (prometheus_client keeps a count per bucket, not cumulative, and the sum)."""
-
-    __slots__ = ("bounds", "counts", "dirty", "series", "total")
-
-    def __init__(self, series: Any):
-        self.series = series
-        self.bounds = list(series._upper_bounds)  # noqa: SLF001 - ends with +Inf
-        self.counts: dict[int, int] = {}
-        self.total = 0.0
-        self.dirty = False
-
-    @staticmethod
-    def fits(series: Any) -> bool:
-        """Whether this prometheus_client keeps histograms as this expects."""
-        return all(hasattr(series, name) for name in ("_upper_bounds", "_buckets", "_sum"))
-
-    def observe(self, amount: float) -> None:
-        i = bisect.bisect_left(self.bounds, amount)  # the first bound >= amount, as observe()
-        self.counts[i] = self.counts.get(i, 0) + 1
-        self.total += amount
-        if not self.dirty:
-            self.dirty = True
-            _changed(self)
-
-    def flush(self) -> None:
-        buckets = self.series._buckets  # noqa: SLF001
-        for i, n in self.counts.items():
-            buckets[i].inc(n)
-        self.series._sum.inc(self.total)  # noqa: SLF001
-        self.counts.clear()
-        self.total = 0.0
-        self.dirty = False
-
-
-class _Observations:
-    """A histogram's series where prometheus_client is not as `_Buckets` expects: the
-    observations themselves, handed over at `flush`."""
-
-    __slots__ = ("dirty", "series", "values")
-
-    def __init__(self, series: Any):
-        self.series = series
-        self.values: list[float] = []
-        self.dirty = False
-
-    def observe(self, amount: float) -> None:
-        self.values.append(amount)
-        if not self.dirty:
-            self.dirty = True
-            _changed(self)
-
-    def flush(self) -> None:
-        for amount in self.values:
-            self.series.observe(amount)
-        self.values.clear()
-        self.dirty = False
 
 
 @functools.lru_cache(maxsize=4096)
@@ -327,6 +280,8 @@ def _forget(gone: set[tuple[str, str]], listed: set[tuple[str, str]]) -> None:
 
     for key in [k for k in _children if stale(*k)]:
         del _children[key]
+    for group in _routed.values():
+        group.forget_upstreams()
     for metric in (*_BY_URL, *_BY_ADDRESS):
         # prometheus_client lists a metric's label sets only in its private `_metrics`
         for values in [v for v in metric._metrics if stale(metric, v)]:  # noqa: SLF001

@@ -35,6 +35,11 @@ class Peer(Protocol):
         """Call `fn` once if the client goes away; returns what stops watching."""
         ...
 
+    def ready_body(self, limit: int) -> bytes | None:
+        """The whole request body, taken, if it is all here already (`receive` would not wait
+        for it), not empty and within `limit` bytes; else None, and `receive` reads it."""
+        ...
+
 
 class AsgiPeer:
     """A Peer over an ASGI scope; a disconnect is seen by a task waiting on `receive`, as ASGI
@@ -51,6 +56,9 @@ class AsgiPeer:
 
     def on_disconnect(self, fn: Callable[[], None]) -> Callable[[], object]:
         return asyncio.ensure_future(self._watch(fn)).cancel
+
+    def ready_body(self, limit: int) -> bytes | None:
+        return None  # ASGI tells only by `receive`
 
     async def _watch(self, fn: Callable[[], None]) -> None:
         while True:

@@ -90,7 +90,8 @@ class ProtocolEndpoint:
                 raise errors.Overloaded("too many requests in flight; retry later")
             s.in_flight += 1
             admitted = True
-            body = await read_body(client.receive, headers, s.config.server)
+            body = client.ready_body(s.config.server.max_request_bytes) or \
+                await read_body(client.receive, headers, s.config.server)
             ctx = base.RequestContext(client.path, client.path_params, headers,
                                       s.router.options)
             answerer = translator = self.frontend.parse(body, ctx)

@@ -51,9 +51,9 @@ def operation(req: canonical.InferenceRequest) -> str:
 class Watch:
     """What one request's telemetry needs between its arrival and its last byte."""
 
-    __slots__ = ("_attempt_span", "_attempt_started", "_attempt_url", "_failover", "_span",
-                 "_tracer", "_upstream_model", "attempts", "client_trace", "model", "operation",
-                 "provider", "routed")
+    __slots__ = ("_attempt_span", "_attempt_started", "_attempt_url", "_failover", "_route",
+                 "_span", "_tracer", "_upstream_model", "attempts", "client_trace", "model",
+                 "operation", "provider", "routed", "series")
 
     def __init__(self, tracing_: tracing.Tracing | None, headers: Mapping[str, str], route: str):
         self.client_trace = {k: headers[k] for k in TRACE_HEADERS if k in headers}
@@ -62,6 +62,8 @@ class Watch:
         # before that (the conventions' value for one outside the list)
         self.provider = self.operation = OTHER
         self.routed = False
+        self.series: metrics.Routed | None = None  # once routed: its labels' series
+        self._route = route
         self.attempts = 0
         self._failover = False
         self._attempt_url: str | None = None
@@ -80,7 +82,10 @@ class Watch:
         self._upstream_model = route.upstream_model
         self.operation = operation(req)
         self.routed = True
-        metrics.child(metrics.IN_FLIGHT, self.model).inc()
+        series = self.series = metrics.routed(self._route, self.operation, self.model,
+                                              self.provider)
+        series.in_flight.add(1.0)
+        series.touch()
         if self._span is not None:
             self._span.update_name(f"{self.operation} {self.model}")
             self._span.set_attributes(request_attributes(self, req))
@@ -121,10 +126,18 @@ class Watch:
         url, self._attempt_url = self._attempt_url, None
         if url is None:
             return
-        host, port = metrics.address(url)
-        metrics.attempt(self.model, url, etype)
-        metrics.child(metrics.OPERATION_DURATION, self.operation, self.model, self.provider, host,
-                      str(port), etype).observe(time.perf_counter() - self._attempt_started)
+        series = self.series
+        if series is not None and not etype:  # the common case: found once, marked once
+            attempts, duration = series.upstream(url)
+            attempts.add(1.0)
+            duration.add(time.perf_counter() - self._attempt_started)
+            series.touch()
+        else:
+            host, port = metrics.address(url)
+            metrics.attempt(self.model, url, etype)
+            metrics.child(metrics.OPERATION_DURATION, self.operation, self.model, self.provider,
+                          host, str(port), etype).observe(
+                time.perf_counter() - self._attempt_started)
         if self._attempt_span is not None:
             _end_span(self._attempt_span, etype, etype != "")
             self._attempt_span = None
@@ -133,9 +146,12 @@ class Watch:
         """The answer's last byte is out (or the client is gone): record the request."""
         etype = x.error_type
         self._close_attempt(etype)
-        if self.routed:
-            metrics.child(metrics.IN_FLIGHT, self.model).dec()
+        series = self.series
+        if series is not None:
+            series.in_flight.add(-1.0)
         record(self, x, ended)
+        if series is not None:  # what was added to its series, flushed at the turn's end
+            series.touch()
         if self._span is not None:
             self._span.set_attributes(response_attributes(x, ended))
             if self.routed:  # the model that answered, as the worker serves it
@@ -151,6 +167,11 @@ class Watch:
 
 def record(w: Watch, x: Exchange, ended: float) -> None:
     """The request's metrics (semantic conventions: TTFT and TPOT of successful streams)."""
+    series = w.series
+    if series is not None and 200 <= x.status < 300 and not x.error_type \
+            and series.route == x.route:
+        _record_routed(series, x, ended)
+        return
     genai = (w.operation, w.model, w.provider)
     child = metrics.child
     child(metrics.REQUEST_DURATION, *genai, x.route, metrics.status_class(x.status),
@@ -164,6 +185,19 @@ def record(w: Watch, x: Exchange, ended: float) -> None:
     if x.usage is not None and x.usage.completion_tokens > 1:
         child(metrics.TIME_PER_OUTPUT_TOKEN, *genai).observe(
             (ended - x.first_event_at) / (x.usage.completion_tokens - 1))
+
+
+def _record_routed(series: metrics.Routed, x: Exchange, ended: float) -> None:
+    """`record` of a routed request answered with a 2xx and no error, by its `Routed` series
+    (which the caller marks changed: `Watch.finish`)."""
+    series.duration.add(ended - x.started)
+    if x.usage is not None:
+        series.tokens_in.add(x.usage.prompt_tokens)
+        series.tokens_out.add(x.usage.completion_tokens)
+    if x.stream and x.first_event_at is not None:
+        series.ttft.add(x.first_event_at - x.started)
+        if x.usage is not None and x.usage.completion_tokens > 1:
+            series.tpot.add((ended - x.first_event_at) / (x.usage.completion_tokens - 1))
 
 
 def request_attributes(w: Watch, req: canonical.InferenceRequest) -> dict[str, Any]:

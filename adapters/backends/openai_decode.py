@@ -179,12 +179,17 @@ class OpenAIDecoder(decoder.FramedDecoder):
             raise errors.UpstreamBroken("the worker's stream ended without a finish reason")
         return []
 
+    # Per chunk, a key of an object known to be a dict is read as `k in d and d[k]` rather
+    # than `d.get(k)`: the same value without a method call (issue 17). `c.get` comes first
+    # on a choice, which may be any JSON value: it fails on one that is not an object.
+
     def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
-        if obj.get("error"):  # vLLM's in-band error (wire-formats.md 3.5), then `[DONE]`
-            raise in_band_error(obj["error"])
-        if u := obj.get("usage"):  # first: a chunk's continuous usage counts its own tokens
+        if "error" in obj and obj["error"]:  # vLLM's in-band error (wire-formats.md 3.5),
+            raise in_band_error(obj["error"])  # then `[DONE]`
+        # first: a chunk's continuous usage counts its own tokens
+        if "usage" in obj and (u := obj["usage"]):
             out.append(usage(u))
-        for c in obj.get("choices") or ():
+        for c in (obj["choices"] if "choices" in obj else None) or ():
             (self._chat_choice if self._chat else self._text_choice)(c, c.get("delta"), out)
 
     def _chat_choice(self, c: dict[str, Any], delta: dict[str, Any] | None,
@@ -193,8 +198,8 @@ class OpenAIDecoder(decoder.FramedDecoder):
         m = delta if delta is not None else c.get("message") or {}
         if len(m) > 1 or "content" not in m:  # anything besides content in this delta
             self._extras(m, i, out)
-        ids = c.get("token_ids")
-        lp = c.get("logprobs")
+        ids = c["token_ids"] if "token_ids" in c else None
+        lp = c["logprobs"] if "logprobs" in c else None
         lps = chat_logprobs(lp, ids) if lp else None
         text = m.get("content")
         if text or ids or lps:
@@ -229,7 +234,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
         self._end(c, i, out)
 
     def _end(self, c: dict[str, Any], i: int, out: list[ev.Event]) -> None:
-        if reason := c.get("finish_reason"):
+        if "finish_reason" in c and (reason := c["finish_reason"]):
             if reason == "error":
                 raise errors.UpstreamBroken("the worker reported a generation error")
             self._finished = True

@@ -166,8 +166,9 @@ class ChatStreamEncoder(_Chunks):
         match e:
             case ev.Role():
                 return self._role(e.choice)
-            case ev.TextDelta():
-                return self._role(e.choice) + self._text(e)
+            case ev.TextDelta():  # the role chunk only before a choice's first (per chunk)
+                return (b"" if e.choice in self._started else self._role(e.choice)) \
+                    + self._text(e)
             case ev.ReasoningDelta():
                 return self._role(e.choice) + self._delta(e.choice, {"reasoning_content": e.text})
             case ev.ToolCallDelta():

@@ -473,3 +473,161 @@ async def test_an_upstreams_password_reaches_no_label_and_no_log_line() -> None:
     logged = repr(logs)
     assert "hunter2" not in logged and "s3cr3t" not in logged
     assert "alice:***@up1:8000" in logged  # the request lines and ejections still name it
+
+
+def test_routed_groups_and_child_count_each_change_once() -> None:
+    """A routed request's common-case series (`metrics.Routed`: found once per request,
+    marked changed once per turn) may be shared by several groups (one model's in-flight
+    gauge, one upstream's attempts) and observed through `child` in the same turn: each
+    change reaches prometheus_client once, at the turn's end, as `observe` per value would."""
+    url = "http://10.7.7.7:8000"
+    host, port = metrics.address(url)
+    chat = ("chat", "grp", "vllm")
+    duration = ("gen_ai_server_request_duration_seconds", {
+        "gen_ai_operation_name": "chat", "gen_ai_request_model": "grp",
+        "gen_ai_provider_name": "vllm", "http_route": "/v1/chat/completions",
+        "http_status_class": "2xx", "error_type": ""})
+
+    def read() -> Samples:
+        return _registry_copy(metrics.REGISTRY)
+
+    async def main() -> tuple[Samples, Samples, Samples]:
+        a = metrics.routed("/v1/chat/completions", *chat)
+        b = metrics.routed("/v1/completions", "text_completion", "grp", "vllm")
+        assert metrics.routed("/v1/chat/completions", *chat) is a
+        for group in (a, b):
+            group.in_flight.add(1.0)
+            group.touch()
+        metrics.child(metrics.IN_FLIGHT, "grp").inc()
+        a.duration.add(0.05)
+        metrics.child(metrics.REQUEST_DURATION, *chat, "/v1/chat/completions", "2xx",
+                      "").observe(0.3)
+        attempts, op = a.upstream(url)
+        attempts.add(1.0)
+        op.add(0.2)
+        a.touch()
+        shared, _ = b.upstream(url)
+        assert shared is attempts
+        shared.add(1.0)
+        b.touch()
+        metrics.attempt("grp", url, "")
+        during = read()
+        await asyncio.sleep(0)
+        after = read()
+        assert not metrics._dirty and not a.dirty and not b.dirty
+        assert not any(m.dirty for m in (attempts, op, a.in_flight, a.duration))
+        a.in_flight.add(-1.0)
+        a.duration.add(0.01)
+        a.touch()
+        await asyncio.sleep(0)
+        return during, after, read()
+
+    during, after, later = asyncio.run(main())
+    name, labels = duration
+    assert value(during, "gateway_requests_in_flight", gen_ai_request_model="grp") == 0
+    assert value(after, "gateway_requests_in_flight", gen_ai_request_model="grp") == 3
+    assert value(later, "gateway_requests_in_flight", gen_ai_request_model="grp") == 2
+    assert value(after, "gateway_upstream_attempts_total", gen_ai_request_model="grp",
+                 upstream=url, error_type="") == 3
+    assert value(after, f"{name}_count", **labels) == 2
+    assert value(after, f"{name}_sum", **labels) == pytest.approx(0.35)
+    assert value(after, f"{name}_bucket", **labels, le="0.08") == 1
+    assert value(later, f"{name}_count", **labels) == 3
+    assert value(after, "gen_ai_client_operation_duration_seconds_count", **dict(zip(
+        (*GENAI, "server_address", "server_port", "error_type"),
+        ("chat", "grp", "vllm", host, str(port), "")))) == 1
+
+
+def test_routed_groups_find_an_upstreams_series_anew_once_it_was_dropped() -> None:
+    """An upstream no longer listed loses its series (`_forget`); a group that held them
+    looks them up again, so an attempt that ends there later is counted as `child` would."""
+    url = "http://10.7.7.8:8000"
+    group = metrics.routed("/v1/chat/completions", "chat", "grp2", "vllm")
+    old = group.upstream(url)
+    metrics._forget({("grp2", url)}, set())
+    assert not [k for k in metrics._children if url in k[1]]
+    new = group.upstream(url)
+    assert new[0] is not old[0] and new[1] is not old[1]
+    assert metrics.child(metrics.ATTEMPTS, "grp2", url, "") is new[0]
+
+
+@pytest.mark.parametrize(("status", "etype"), [(200, ""), (200, "client_closed"),
+                                               (502, "UpstreamUnavailable")])
+def test_a_routed_request_leaves_flight_however_it_ends(status: int, etype: str) -> None:
+    """Routed in one turn, ended in a later one, by the common path (a 2xx, no error) or not:
+    the in-flight gauge is back where it was and the request is counted once."""
+    from types import SimpleNamespace
+
+    from gateway import exchange, telemetry
+    from schemas import canonical
+
+    model = f"leave-{status}-{etype}"
+    route = SimpleNamespace(name=model, config=SimpleNamespace(backend="vllm"),
+                            upstream_model=model)
+    req = canonical.InferenceRequest(model=model, messages=[])
+
+    def flight() -> float:
+        return value(_registry_copy(metrics.REGISTRY), "gateway_requests_in_flight",
+                     gen_ai_request_model=model)
+
+    async def main() -> tuple[float, float]:
+        x = exchange.Exchange("rid", "/v1/chat/completions", 0.0, route="/v1/chat/completions")
+        w = telemetry.Watch(None, {}, "/v1/chat/completions")
+        w.route(route, req)  # type: ignore[arg-type]
+        w.begin("http://10.7.7.9:8000")
+        await asyncio.sleep(0)
+        during = flight()
+        x.status, x.error_type = status, etype
+        w.finish(x, 1.0)
+        await asyncio.sleep(0)
+        return during, flight()
+
+    during, after = asyncio.run(main())
+    assert (during, after) == (1.0, 0.0)
+    got = _registry_copy(metrics.REGISTRY)
+    assert value(got, "gen_ai_server_request_duration_seconds_count", gen_ai_operation_name="chat",
+                 gen_ai_request_model=model, gen_ai_provider_name="vllm",
+                 http_route="/v1/chat/completions", http_status_class=f"{status // 100}xx",
+                 error_type=etype) == 1
+    assert value(got, "gateway_upstream_attempts_total", gen_ai_request_model=model,
+                 upstream="http://10.7.7.9:8000", error_type=etype) == 1
+
+
+def test_a_value_kept_otherwise_than_as_a_locked_float_gets_its_own_inc() -> None:
+    """One serving process: a turn's change is added to prometheus_client's float itself;
+    the multiprocess mode's values (files) are changed by their own `inc`."""
+    import prometheus_client as prom
+
+    class Filed:
+        def __init__(self) -> None:
+            self.got: list[float] = []
+
+        def inc(self, amount: float) -> None:
+            self.got.append(amount)
+
+    class Series:
+        def __init__(self) -> None:
+            self._value = Filed()
+            self.got: list[float] = []
+
+        def inc(self, amount: float) -> None:
+            self.got.append(amount)
+
+    filed = metrics._Delta(Series())
+    filed.add(2.0)
+    filed.flush()
+    assert filed.value is None and filed.series.got == [2.0]
+
+    counter = prom.Counter("direct", "", ["k"], registry=prom.CollectorRegistry()).labels("a")
+    held = metrics._Delta(counter)
+    held.add(3.0)
+    held.flush()
+    assert held.value is not None and counter._value.get() == 3.0
+    histogram = prom.Histogram("direct_h", "", ["k"], buckets=(1.0, 2.0),
+                               registry=prom.CollectorRegistry()).labels("a")
+    buckets = metrics._Buckets(histogram)
+    buckets.add(1.5)
+    buckets.flush()
+    assert buckets.direct
+    assert [b.get() for b in histogram._buckets] == [0.0, 1.0, 0.0]
+    assert histogram._sum.get() == 1.5
