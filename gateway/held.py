@@ -13,7 +13,11 @@ import bisect
 from typing import Any
 
 import prometheus_client as prom
-from prometheus_client.values import MutexValue
+
+try:  # prometheus_client's one-process value; another release may lack it: its own `inc` then
+    from prometheus_client.values import MutexValue
+except ImportError:  # pragma: no cover - depends on the installed prometheus_client
+    MutexValue = None  # type: ignore[assignment,misc]
 
 _children: dict[tuple[object, tuple[str, ...]], Any] = {}
 _dirty: list[Any] = []  # series changed in this turn of the event loop
@@ -59,7 +63,8 @@ def _mutex(value: Any) -> MutexValue | None:
     (a scrape reads it under the lock), and `inc` took the lock and, for a counter, checked
     the amount, per series per turn, two to five Python calls each. None otherwise (the
     multiprocess mode's files): its own `inc`."""
-    return value if type(value) is MutexValue else None
+    return value if MutexValue is not None and type(value) is MutexValue \
+        and isinstance(getattr(value, "_value", None), float) else None
 
 
 class _Delta:
