@@ -79,9 +79,9 @@ class _Delta:
         self.dirty = False
 
     def inc(self, amount: float = 1.0) -> None:
-        self.delta += amount
-        if not self.dirty:
-            self.dirty = True
+        was = self.dirty
+        self.add(amount)
+        if not was:  # after the change: with no loop running, `_changed` flushes at once
             _changed(self)
 
     def dec(self, amount: float = 1.0) -> None:  # gauges only
@@ -123,17 +123,14 @@ class _Buckets:
         return all(hasattr(series, name) for name in ("_upper_bounds", "_buckets", "_sum"))
 
     def observe(self, amount: float) -> None:
-        i = bisect.bisect_left(self.bounds, amount)  # the first bound >= amount, as observe()
-        counts = self.counts
-        counts[i] = counts[i] + 1 if i in counts else 1
-        self.total += amount
-        if not self.dirty:
-            self.dirty = True
+        was = self.dirty
+        self.add(amount)
+        if not was:  # after the change: with no loop running, `_changed` flushes at once
             _changed(self)
 
     def add(self, amount: float) -> None:
         """As `observe`, for a `Routed` member: its group is marked changed instead."""
-        i = bisect.bisect_left(self.bounds, amount)
+        i = bisect.bisect_left(self.bounds, amount)  # the first bound >= amount, as observe()
         counts = self.counts
         counts[i] = counts[i] + 1 if i in counts else 1
         self.total += amount
@@ -166,9 +163,9 @@ class _Observations:
         self.dirty = False
 
     def observe(self, amount: float) -> None:
-        self.values.append(amount)
-        if not self.dirty:
-            self.dirty = True
+        was = self.dirty
+        self.add(amount)
+        if not was:  # after the change: with no loop running, `_changed` flushes at once
             _changed(self)
 
     def add(self, amount: float) -> None:
