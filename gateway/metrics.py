@@ -81,6 +81,15 @@ OPERATION_DURATION = prom.Histogram(
     [*GENAI, "server_address", "server_port", "error_type"],
     buckets=DURATION_BUCKETS, registry=REGISTRY)
 
+# Requests and errors as counters too (SPEC.md: "Prometheus counters ... (requests, errors"),
+# for the `rate(..._total)` queries and alerts operators write first; the duration
+# histogram's `_count` holds the same numbers by more labels.
+REQUESTS = prom.Counter("gateway_requests", "Requests answered, by model, route and status class",
+                        [MODEL, "http_route", "http_status_class"], registry=REGISTRY)
+ERRORS = prom.Counter("gateway_request_errors",
+                      "Requests that ended in an error (a refusal, a failure upstream, a client "
+                      "gone), by the error's type", [MODEL, "http_route", "error_type"],
+                      registry=REGISTRY)
 IN_FLIGHT = prom.Gauge("gateway_requests_in_flight",
                        "Requests routed to a model and not yet answered in full", [MODEL],
                        registry=REGISTRY, multiprocess_mode="livesum")
@@ -120,19 +129,20 @@ class Routed:
     once per turn for all of them (`touch`) instead of once per series."""
 
     __slots__ = ("_base", "_members", "_upstreams", "dirty", "duration", "genai", "in_flight",
-                 "route", "tokens_in", "tokens_out", "tpot", "ttft")
+                 "requests", "route", "tokens_in", "tokens_out", "tpot", "ttft")
 
     def __init__(self, route: str, operation: str, model: str, provider: str):
         genai = self.genai = (operation, model, provider)
         self.route = route
         self.in_flight = child(IN_FLIGHT, model)
         self.duration = child(REQUEST_DURATION, *genai, route, "2xx", "")
+        self.requests = child(REQUESTS, model, route, "2xx")
         self.tokens_in = child(TOKEN_USAGE, *genai, "input")
         self.tokens_out = child(TOKEN_USAGE, *genai, "output")
         self.ttft = child(TIME_TO_FIRST_TOKEN, *genai)
         self.tpot = child(TIME_PER_OUTPUT_TOKEN, *genai)
-        self._base = [self.in_flight, self.duration, self.tokens_in, self.tokens_out, self.ttft,
-                      self.tpot]
+        self._base = [self.in_flight, self.duration, self.requests, self.tokens_in,
+                      self.tokens_out, self.ttft, self.tpot]
         self._members = list(self._base)
         # upstream URL -> its (attempts, attempt duration) series of an attempt with no error
         self._upstreams: dict[str, tuple[Any, Any]] = {}

@@ -174,8 +174,12 @@ def record(w: Watch, x: Exchange, ended: float) -> None:
         return
     genai = (w.operation, w.model, w.provider)
     child = metrics.child
-    child(metrics.REQUEST_DURATION, *genai, x.route, metrics.status_class(x.status),
-          x.error_type).observe(ended - x.started)
+    status = metrics.status_class(x.status)
+    child(metrics.REQUEST_DURATION, *genai, x.route, status, x.error_type).observe(
+        ended - x.started)
+    child(metrics.REQUESTS, w.model, x.route, status).inc()
+    if x.error_type:
+        child(metrics.ERRORS, w.model, x.route, x.error_type).inc()
     if x.usage is not None:
         child(metrics.TOKEN_USAGE, *genai, "input").observe(x.usage.prompt_tokens)
         child(metrics.TOKEN_USAGE, *genai, "output").observe(x.usage.completion_tokens)
@@ -191,6 +195,7 @@ def _record_routed(series: metrics.Routed, x: Exchange, ended: float) -> None:
     """`record` of a routed request answered with a 2xx and no error, by its `Routed` series
     (which the caller marks changed: `Watch.finish`)."""
     series.duration.add(ended - x.started)
+    series.requests.add(1.0)
     if x.usage is not None:
         series.tokens_in.add(x.usage.prompt_tokens)
         series.tokens_out.add(x.usage.completion_tokens)

@@ -107,6 +107,10 @@ async def test_a_stream_records_request_ttft_tpot_tokens_and_its_attempt() -> No
     assert delta(b, a, "gateway_upstream_attempts_total", gen_ai_request_model="demo",
                  upstream=url, error_type="") == 1
     assert value(a, "gateway_requests_in_flight", gen_ai_request_model="demo") == 0
+    assert delta(b, a, "gateway_requests_total", gen_ai_request_model="demo",
+                 **ROUTE, http_status_class="2xx") == 1
+    errors = [k for k in a if k[0] == "gateway_request_errors_total"]
+    assert sum(a[k] - b.get(k, 0.0) for k in errors) == 0  # a success is no error
 
 
 @pytest.mark.anyio
@@ -146,6 +150,15 @@ async def test_failures_count_attempts_retries_and_error_types() -> None:
                     server_port="8000", error_type="UpstreamUnavailable", **GENAI)
               for h in ("up1", "up2"))
     assert (attempts, retries, ops) == (3, 2, 3)  # one attempt and two bounded retries
+    # the same two requests by the counters: one answered 5xx, one refused 4xx, both errors
+    assert delta(b, a, "gateway_requests_total", gen_ai_request_model="demo", **ROUTE,
+                 http_status_class="5xx") == 1
+    assert delta(b, a, "gateway_requests_total", gen_ai_request_model="unknown", **ROUTE,
+                 http_status_class="4xx") == 1
+    assert delta(b, a, "gateway_request_errors_total", gen_ai_request_model="demo", **ROUTE,
+                 error_type="UpstreamUnavailable") == 1
+    assert delta(b, a, "gateway_request_errors_total", gen_ai_request_model="unknown", **ROUTE,
+                 error_type="ModelNotFound") == 1
 
 
 @pytest.mark.anyio
