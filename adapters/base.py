@@ -196,6 +196,13 @@ class Backend(Protocol):
         what the answer needs, or where `build` already chooses for itself."""
         ...
 
+    def tokens_whole(self, req: canonical.InferenceRequest) -> bool:
+        """Whether the worker's one-body answer to `req` shows each generated token (its id or
+        its logprob), as a client format that carries one entry per token needs (`per_token`:
+        TGI and LMI details). Where it does not, such an answer is asked as a stream and
+        folded, one token per chunk as the streamed answer gives them (gateway.whole)."""
+        ...
+
     def health_path(self) -> str: ...
 
     def load_gauges(self) -> LoadGauges | None:

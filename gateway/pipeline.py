@@ -118,7 +118,7 @@ class Pipeline:
             raise errors.UpstreamUnavailable(f"model `{route.name}` has no healthy upstream")
         wait = self.timeouts.first_byte
         if not req.stream:  # a long one is asked as a stream, and folded (gateway.whole)
-            req, wait = whole.plan(route.backend, req, self.timeouts)
+            req, wait = whole.plan(route.backend, req, self.timeouts, route.vocab is not None)
         job = Job(route, req, request_id, note, wait=wait)
         try:  # the first attempt costs no retry machinery
             return await self._attempt(job, order)

@@ -209,9 +209,10 @@ class ProtocolEndpoint:
 
     async def _whole(self, t: base.Translator, meta: base.ResponseMeta,
                      opened: pipeline.Opened, x: Exchange, send: Send) -> None:
+        req = t.request  # `per_token`: each chunk of a folded stream keeps its token
+        done = canonical.Completion.fold(() if opened.more else opened.first,
+                                         req.choice_count, req.per_token)
         if opened.more:  # a whole answer asked of a worker that streamed it (gateway.whole)
-            done = canonical.Completion.fold((), t.request.choice_count)
-
             def fold(batch: list[ev.Event]) -> bool:
                 for e in batch:
                     done.add(e)
@@ -220,8 +221,6 @@ class ProtocolEndpoint:
             # as a stream is relayed: continued on another worker if this one fails after
             # its first byte (nothing has reached the client yet either way)
             await self.services.pipeline.stream(opened, fold, _nothing_to_drain)
-        else:
-            done = canonical.Completion.fold(opened.first, t.request.choice_count)
         x.usage = done.usage
         x.finish_reasons = [c.finish.reason for c in done.choices if c.finish is not None]
         out = t.render(done, meta)

@@ -15,6 +15,11 @@ worker was generating all along. So, as for streams:
 - It stays one body whatever its length when the worker's stream cannot carry what the answer
   needs (`Backend.streams_whole` is False: prompt logprobs, best_of > n, beam search, ...), with
   the same deadline when a limit is known, else `first_byte + idle * UNBOUNDED_IDLE_GAPS`.
+- It is asked as a stream whatever its length when its client's format lists every token
+  (`per_token`: TGI and LMI details) and the worker's body would not show them
+  (`Backend.tokens_whole` is False: Triton's one `text_output`, a plain OpenAI server's text)
+  nor would the model's tokenizer split it: the fold keeps one token per chunk, as the streamed
+  answer gives them (SPEC.md: ids from the worker, else the tokenizer, else -1).
 """
 
 from __future__ import annotations
@@ -45,11 +50,13 @@ DECODE_RATE = 2.0
 UNBOUNDED_IDLE_GAPS = 10
 
 
-def plan(backend: base.Backend, req: canonical.InferenceRequest,
-         timeouts: config.Timeouts) -> tuple[canonical.InferenceRequest, float]:
+def plan(backend: base.Backend, req: canonical.InferenceRequest, timeouts: config.Timeouts,
+         tokenizer: bool = False) -> tuple[canonical.InferenceRequest, float]:
     """The request to send for a whole answer `req` (itself, or its stream to fold) and how long
     a non-streaming worker request may wait for its body (a streaming one waits `first_byte`
-    for its first byte, whatever this says)."""
+    for its first byte, whatever this says); `tokenizer`: the model's splits text into tokens."""
+    if req.per_token and not tokenizer and not backend.tokens_whole(req):
+        return dataclasses.replace(req, stream=True), timeouts.first_byte
     limit = backend.token_limit(req)
     if limit is not None and limit <= timeouts.first_byte * DECODE_RATE:
         return req, allowance(timeouts, limit)

@@ -159,10 +159,14 @@ class Completion:
     choices: list[Choice]
     usage: ev.Usage | None = None
     prompt: list[ev.PromptInfo] = field(default_factory=list)
+    # The request is `per_token`: a text delta without ids still stands for its tokens (one, or
+    # one per logprob), kept with id -1 as a stream lists them, not merged into the text.
+    per_token: bool = False
 
     @classmethod
-    def fold(cls, events: Iterable[ev.Event], choice_count: int = 1) -> Completion:
-        done = cls(choices=[Choice(index=i) for i in range(choice_count)])
+    def fold(cls, events: Iterable[ev.Event], choice_count: int = 1,
+             per_token: bool = False) -> Completion:
+        done = cls(choices=[Choice(index=i) for i in range(choice_count)], per_token=per_token)
         for e in events:
             done.add(e)
         return done
@@ -188,7 +192,7 @@ class Completion:
             case ev.Role():
                 self.choice(e.choice)
             case ev.TextDelta():
-                _add_text(self.choice(e.choice), e)
+                _add_text(self.choice(e.choice), e, self.per_token)
             case ev.ReasoningDelta():
                 c = self.choice(e.choice)
                 c.reasoning = (c.reasoning or "") + e.text
@@ -204,11 +208,15 @@ class Completion:
                 assert_never(e)
 
 
-def _add_text(c: Choice, e: ev.TextDelta) -> None:
+def _add_text(c: Choice, e: ev.TextDelta, per_token: bool) -> None:
     c.text += e.text
     if e.token_ids is not None:
         c.token_ids = (c.token_ids or []) + e.token_ids
         c.token_texts = (c.token_texts or []) + [t for _, t, _ in e.per_token()]
+    elif per_token and (e.text or e.logprobs):
+        tokens = e.per_token()
+        c.token_ids = (c.token_ids or []) + [tid for tid, _, _ in tokens]
+        c.token_texts = (c.token_texts or []) + [t for _, t, _ in tokens]
     if e.logprobs is not None:
         c.logprobs = (c.logprobs or []) + e.logprobs
 

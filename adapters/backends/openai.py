@@ -261,6 +261,12 @@ class OpenAIBackend:
                     or (s.best_of is not None and s.best_of > s.n)
                     or (s.num_beams or 1) > 1 or req.extra.get("use_beam_search"))
 
+    def tokens_whole(self, req: canonical.InferenceRequest) -> bool:
+        """Per-token logprobs show each token: the client's, or those asked for `per_token`
+        where the worker surely takes the field (PER_TOKEN_LOGPROBS); a plain server's text
+        alone does not. What only a body carries (`streams_whole` False) stays a body."""
+        return req.logprobs or self.PER_TOKEN_LOGPROBS or not self.streams_whole(req)
+
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
         message = error_message(body) or f"the worker answered HTTP {status}"
         detail = body[:500].decode("utf-8", "replace")  # for the log line only

@@ -13,7 +13,14 @@ does) passes every delta through at once and only says which string matched.
 
 from __future__ import annotations
 
+from schemas import canonical
 from schemas import events as ev
+
+
+def kept(req: canonical.InferenceRequest) -> bool:
+    """Whether the client keeps a matched stop string in its text (TGI's clients; LMI's
+    `include_stop_str_in_output`)."""
+    return req.sampling.keep_stop or req.extra.get("include_stop_str_in_output") is True
 
 
 class StopTrimmer:

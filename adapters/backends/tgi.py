@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from adapters import base, continuation
-from adapters.backends import params, tgi_decode
+from adapters.backends import params, stops, tgi_decode
 from adapters.backends.params import Drop, Own, Refuse, Send, Translate
 from schemas import canonical, errors
 
@@ -204,10 +204,6 @@ CHAT: dict[str, params.Rule] = {
 UNKNOWN_EXTRA = Drop("TGI has no such parameter")
 
 
-def keeps_stop(req: canonical.InferenceRequest) -> bool:
-    return req.sampling.keep_stop or req.extra.get("include_stop_str_in_output") is True
-
-
 def best_of(req: canonical.InferenceRequest) -> int:
     return max(req.sampling.n, req.sampling.best_of or 1)
 
@@ -312,7 +308,7 @@ class TgiBackend:
         return body
 
     def decoder(self, req: canonical.InferenceRequest, streaming: bool) -> base.StreamDecoder:
-        keep = keeps_stop(req)
+        keep = stops.kept(req)
         if req.is_chat:
             return tgi_decode.TgiChatDecoder(streaming, req.sampling.stop, keep,
                                              trimmed(req.answer_so_far))
@@ -339,6 +335,10 @@ class TgiBackend:
         """`build` chooses itself: a prompt's whole answer is asked of /generate_stream already,
         /generate only for what streams refuse (prompt logprobs, best_of)."""
         return False
+
+    def tokens_whole(self, req: canonical.InferenceRequest) -> bool:
+        """/generate's details list every token (lib.rs); TGI's chat, with its logprobs."""
+        return not req.is_chat or req.logprobs
 
     def health_path(self) -> str:
         return "/health"

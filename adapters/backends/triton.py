@@ -16,7 +16,7 @@ from urllib.parse import quote
 import orjson
 
 from adapters import base, chat_template, continuation
-from adapters.backends import params, triton_decode
+from adapters.backends import params, stops, triton_decode
 from adapters.backends.params import Drop, Own, Refuse, Send, Translate
 from schemas import canonical, errors
 
@@ -150,10 +150,6 @@ def max_tokens(req: canonical.InferenceRequest) -> int:
     return DEFAULT_MAX_TOKENS
 
 
-def keeps_stop(req: canonical.InferenceRequest) -> bool:
-    return req.sampling.keep_stop or req.extra.get("include_stop_str_in_output") is True
-
-
 class TritonBackend:
     """One request per client request; chat is rendered to a prompt with the model's template."""
 
@@ -210,12 +206,18 @@ class TritonBackend:
     def decoder(self, req: canonical.InferenceRequest, streaming: bool) -> base.StreamDecoder:
         echo = str(req.prompts[0]) if req.echo and req.prompts else None
         return triton_decode.TritonDecoder(streaming, max_tokens(req), req.sampling.stop,
-                                           keeps_stop(req), echo)
+                                           stops.kept(req), echo)
 
     def token_limit(self, req: canonical.InferenceRequest) -> int | None:
         return max_tokens(req)  # always sent: the ensemble requires it
 
     def streams_whole(self, req: canonical.InferenceRequest) -> bool:
+        return False
+
+    def tokens_whole(self, req: canonical.InferenceRequest) -> bool:
+        """A `generate` body is the whole text in one `text_output` (tensorrt_llm/1/model.py
+        convert_response), where `generate_stream` sends one response per step (wire-formats.md
+        6.2), each standing for its token."""
         return False
 
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:

@@ -88,10 +88,21 @@ def finish_reason(finish: ev.Finish | None) -> str:
 def with_stop(text: str, finish: ev.Finish | None) -> str:
     """TGI keeps a matched stop sequence in generated_text (its StopSequenceCriteria ends after
     the match); a worker that strips it gets it back here."""
+    return text + stop_tail(text, finish)
+
+
+def stop_tail(text: str, finish: ev.Finish | None) -> str:
+    """The matched stop sequence a worker stripped from `text` (OpenAI servers do), which TGI's
+    text ends with, as do its tokens (the last completed the match); else ""."""
     if finish is not None and finish.reason == "stop_string" and isinstance(finish.matched, str) \
             and not text.endswith(finish.matched):
-        return text + finish.matched
-    return text
+        return finish.matched
+    return ""
+
+
+def stop_token(text: str) -> dict[str, Any]:
+    """The token that completed a stop sequence a worker stripped: id and log prob unknown."""
+    return {"id": UNKNOWN_ID, "text": text, "logprob": None, "special": False}
 
 
 _NONE: frozenset[int] = frozenset()
@@ -220,19 +231,23 @@ class StreamEncoder:
         if self._ended:
             return b""
         self._ended = True
+        text = self._st.prefix + "".join(self._text)
+        out = b""
+        if tail := stop_tail(text, self._finish):  # the stop sequence a worker stripped: the
+            out, text = self._release(), text + tail  # token that completed it comes last
+            self._tokens += 1
         head = self._held
         if head is None:
             self._index += 1
             head = b'{"index":' + str(self._index).encode() + b',"token":' + orjson.dumps(
-                _EMPTY_TOKEN)
+                stop_token(tail) if tail else _EMPTY_TOKEN)
         self._held = None
-        text = with_stop(self._st.prefix + "".join(self._text), self._finish)
         details = None
         if self._st.details:  # StreamDetails (lib.rs)
             details = {"finish_reason": finish_reason(self._finish),
                        "generated_tokens": self._tokens, "seed": self._st.seed,
                        "input_length": self._input_length}
-        return (b"data: " + head + b',"generated_text":' + orjson.dumps(text)
+        return (out + b"data: " + head + b',"generated_text":' + orjson.dumps(text)
                 + b',"details":' + orjson.dumps(details) + b"}\n\n")
 
     def flush(self) -> bytes:
@@ -276,6 +291,9 @@ def _sequence(st: TgiState, done: canonical.Completion, c: canonical.Choice,
     toks = _choice_tokens(c)
     count = len(toks) or (usage.completion_tokens if usage is not None else 0)
     tokens = [token(*t, special) for t in toks]
+    if tokens and (tail := stop_tail("".join(t["text"] for t in tokens), c.finish)):
+        tokens.append(stop_token(tail))  # kept as in with_stop (unless logprobs named it)
+        count += 1
     out: dict[str, Any] = {
         "finish_reason": finish_reason(c.finish), "generated_tokens": count, "seed": st.seed,
         "prefill": _prefill(done, c.index) if st.prefill else [], "tokens": tokens}
@@ -326,7 +344,8 @@ def render(st: TgiState, done: canonical.Completion,
     body = generate_body(st, done, best, others, special)
     headers = {}
     if done.usage is not None:  # server.rs generate_internal: the returned sequence's counts
-        generated = len(best.token_ids) if best.token_ids else done.usage.completion_tokens
+        generated = body["details"]["generated_tokens"] if "details" in body else \
+            len(best.token_ids) if best.token_ids else done.usage.completion_tokens
         headers = {"x-prompt-tokens": str(done.usage.prompt_tokens),
                    "x-generated-tokens": str(generated)}
     return base.Rendered(200, orjson.dumps([body] if st.wrap else body), headers=headers)

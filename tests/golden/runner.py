@@ -125,5 +125,5 @@ def answer(t: base.Translator, meta: base.ResponseMeta, events: list[ev.Event],
         out = b"".join(enc.encode(e) for e in events) + enc.flush()
         out += enc.fail(failure) if failure else enc.finish()
         return head(200, enc.media_type, {**stream_headers, **enc.headers}) + out
-    done = canonical.Completion.fold(events, req.choice_count)
+    done = canonical.Completion.fold(events, req.choice_count, req.per_token)
     return rendered(t.render(done, meta)) + b"\n"

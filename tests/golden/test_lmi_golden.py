@@ -73,7 +73,8 @@ def render_case(case: Path) -> bytes:
         return head(r.status, r.media_type) + r.body + b"\n"
     meta = base.ResponseMeta(META.id, META.created, req.model or META.model)
     if not req.stream:
-        done = canonical.Completion.fold([e for b in batches for e in b], req.choice_count)
+        done = canonical.Completion.fold([e for b in batches for e in b], req.choice_count,
+                                         req.per_token)
         r = t.render(done, meta)
         return head(r.status, r.media_type) + r.body + b"\n"
     enc = t.encoder(meta)

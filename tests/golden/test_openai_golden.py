@@ -39,7 +39,7 @@ def render_case(case: Path) -> bytes:
         out = b"".join(enc.encode(e) for e in events)
         out += enc.fail(failure) if failure else enc.finish()
         return b"status: 200\ncontent-type: " + enc.media_type.encode() + b"\n\n" + out
-    done = canonical.Completion.fold(events, req.choice_count)
+    done = canonical.Completion.fold(events, req.choice_count, req.per_token)
     r = t.render(done, META)
     return f"status: {r.status}\ncontent-type: {r.media_type}\n\n".encode() + r.body + b"\n"
 

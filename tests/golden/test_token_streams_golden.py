@@ -6,7 +6,8 @@ SPEC.md ("Where the sources disagree"): the ids and log probs these formats alwa
 from the worker, else from the model's tokenizer, else -1 and null; a plain stream is never
 refused. A case directory holds `request.json` ({"path", "kind", "tokenizer", "body"}: the
 client route and body, the worker kind, whether the model has a tokenizer, here the simulator's
-vocabulary made with `tokenizers` by tests/fakes/vocab.py), `upstream.txt` (the request built),
+vocabulary made with `tokenizers` by tests/fakes/vocab.py; with `"plan": true` a whole answer
+is asked of the worker as the pipeline asks it, gateway.whole), `upstream.txt` (the request built),
 `worker.txt` (the worker fake's answer to it, tests/fakes/ and simulator/, reviewed by eye) and
 `response.txt` (the exact bytes of the answer). The worker's bytes arrive in one read.
 """
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from adapters import base, registry, tokens
+from gateway import config, whole
 from schemas import canonical
 from schemas import events as ev
 from simulator import server, settings
@@ -78,6 +80,9 @@ def run(case: Path, v: tokens.Vocab, update: bool) -> bytes:
     req = t.request
     backend = registry.backend(spec["kind"])
     backend.check(req)
+    asked = t.request  # the client's: its stream flag picks the answer's form
+    if spec.get("plan") and not req.stream:
+        req, _ = whole.plan(backend, req, config.Timeouts(), spec["tokenizer"])
     up = backend.build(req, base.Target("http://worker:8000", "ensemble" if spec["kind"] ==
                                         "triton" else "org/m", opts))
     pretty = orjson.dumps(orjson.loads(up.body), option=orjson.OPT_INDENT_2)
@@ -90,8 +95,9 @@ def run(case: Path, v: tokens.Vocab, update: bool) -> bytes:
         dec = tokens.Tokenized(dec, v)
     events = dec.feed((case / "worker.txt").read_bytes()) + dec.close()
     meta = base.ResponseMeta(META_ID, CREATED, "m", "", opts)
-    if not req.stream:
-        return t.render(canonical.Completion.fold(events, req.choice_count), meta).body
+    if not asked.stream:
+        done = canonical.Completion.fold(events, req.choice_count, req.per_token)
+        return t.render(done, meta).body
     enc = t.encoder(meta)
     return b"".join(enc.encode(e) for e in events) + enc.flush() + enc.finish()
 

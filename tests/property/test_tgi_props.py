@@ -82,14 +82,17 @@ def test_stream_events_for_any_split(toks: list[tuple[str, float]], sizes: list[
     out = b"".join(enc.encode(e) for e in [*deltas, *tail]) + enc.finish()
     events = [wire.StreamResponse.model_validate_json(e.removeprefix(b"data: "))
               for e in out.split(b"\n\n") if e]
-    assert [e.index for e in events] == list(range(1, len(toks) + 1))
+    # SPEC.md: TGI keeps a matched stop sequence in generated_text and the last token; a
+    # worker stripped this one, so a token of its own carries it
+    count = len(toks) + (matched is not None)
+    assert [e.index for e in events] == list(range(1, count + 1))
     assert all(e.generated_text is None and e.details is None for e in events[:-1])
     text = "".join(t for t, _ in toks)
-    assert "".join(e.token.text for e in events) == text
+    assert "".join(e.token.text for e in events) == text + (matched or "")
     assert events[-1].generated_text == text + (matched or "")
     assert (events[-1].details is not None) == details
     if events[-1].details is not None:
-        assert events[-1].details.generated_tokens == len(toks)
+        assert events[-1].details.generated_tokens == count
         assert events[-1].details.input_length == 4
 
 

@@ -174,10 +174,16 @@ async def test_worker_refusing_a_parameter() -> None:
 @pytest.mark.anyio
 async def test_a_worker_that_gives_no_token_ids_still_answers_details() -> None:
     """SPEC.md: ids a client's format always carries are -1 ("unknown") when neither the
-    worker nor a tokenizer gives them; what is asked by name (prefill) is a 424 before I/O."""
+    worker nor a tokenizer gives them; what is asked by name (prefill) is a 424 before I/O.
+    A plain OpenAI server's whole body is one text, so the answer is asked as a stream and
+    each chunk is a token of the details, as on the answer's stream (gateway.whole)."""
+    plain = (b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m",'
+             b'"choices":[{"index":0,"text":"%s","finish_reason":%s}]}\n\n')
+    stream = (plain % (b"Deep", b"null") + plain % (b" Learning", b'"length"') + USAGE
+              + b"data: [DONE]\n\n")
     with respx.mock(assert_all_called=False) as r:
         route = r.post(url__regex=COMPLETIONS).mock(
-            return_value=httpx.Response(200, content=WHOLE))
+            return_value=httpx.Response(200, content=stream, headers=SSE))
         c = cfg(plain={"backend": "openai"})
         details = await call(r, {"inputs": PROMPT, "parameters": {"details": True}}, c,
                              path="/predictions/plain")
@@ -185,9 +191,13 @@ async def test_a_worker_that_gives_no_token_ids_still_answers_details() -> None:
         refused = await call(r, {"inputs": PROMPT, "parameters": {
             "details": True, "decoder_input_details": True}}, c, path="/predictions/plain")
         assert route.call_count == 1
+    assert orjson.loads(route.calls[0].request.content)["stream"] is True
     assert details.status_code == 200
     assert details.json()["generated_text"] == "Deep Learning"
     assert details.json()["details"]["finish_reason"] == "length"
+    assert details.json()["details"]["generated_tokens"] == 2
+    assert details.json()["details"]["tokens"] == [
+        {"id": -1, "text": "Deep", "log_prob": None}, {"id": -1, "text": " Learning", "log_prob": None}]
     # named as the client wrote it (decoder_input_details asks the worker for prompt_logprobs)
     assert refused.status_code == 424 and "`parameters.decoder_input_details`" in refused.json()["error"]
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from adapters import base
-from adapters.backends import params, tgi
+from adapters.backends import params, stops, tgi
 from adapters.frontends import openai as openai_frontend
 from adapters.frontends import tgi as tgi_frontend
 from adapters.frontends import tgi_encode
@@ -170,7 +170,7 @@ def test_tgi_clients_keep_their_stop_sequence_and_regex_grammar() -> None:
     req = tgi_frontend.TgiFrontend("stream").parse(orjson.dumps({"inputs": "Hi", "parameters": {
         "stop": ["."], "grammar": {"type": "regex", "value": "[0-9]+"}, "details": True}}),
         base.RequestContext()).request
-    assert tgi.keeps_stop(req)
+    assert stops.kept(req)
     assert parameters(req) == {"do_sample": False, "stop": ["."],
                                "grammar": {"type": "regex", "value": "[0-9]+"}}
 

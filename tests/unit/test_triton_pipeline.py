@@ -152,6 +152,31 @@ async def test_tgi_clients_get_the_stop_sequence_back_once(gw: httpx.AsyncClient
     assert r.status_code == 200 and r.json() == {"generated_text": " The answer is 42"}
 
 
+@pytest.mark.anyio
+async def test_tgi_details_list_the_tokens_of_the_workers_stream(gw: httpx.AsyncClient,
+                                                                 fake: Starlette) -> None:
+    """TGI's details list every generated token (router/src/lib.rs `Details.tokens`); the
+    ensemble's `generate` body is one `text_output` (tensorrt_llm/1/model.py convert_response),
+    so the answer is asked of `generate_stream`, one response per token, and folded: ids -1 and
+    null log probs as on the stream (SPEC.md), `generated_tokens` their count."""
+    r = await gw.post("/generate", json={"inputs": "Hi", "parameters": {
+        "details": True, "max_new_tokens": 3, "stop": ["42"]}})
+    assert r.status_code == 200
+    assert sent(fake)[0] == "/v2/models/ensemble/generate_stream"
+    details = r.json()["details"]
+    assert r.json()["generated_text"] == " The answer is"
+    assert (details["finish_reason"], details["generated_tokens"]) == ("length", 3)
+    assert details["tokens"] == [{"id": -1, "text": t, "logprob": None, "special": False}
+                                 for t in (" The", " answer", " is")]
+    lmi = await gw.post("/invocations", json={"inputs": "Hi", "parameters": {
+        "details": True, "max_new_tokens": 2}})
+    assert lmi.json()["details"]["tokens"] == [{"id": -1, "text": t, "log_prob": None}
+                                               for t in (" The", " answer")]
+    plain = await gw.post("/generate", json={"inputs": "Hi", "parameters": {"max_new_tokens": 2}})
+    assert plain.json() == {"generated_text": " The answer"}
+    assert sent(fake)[0] == "/v2/models/ensemble/generate"  # no details: one body, as before
+
+
 # ---- real processes: the fake worker and the gateway on loopback ports ----
 
 

@@ -15,6 +15,7 @@ import pytest
 from adapters import registry
 from gateway import config, whole
 from schemas import canonical
+from schemas import events as ev
 
 T = config.Timeouts(first_byte=120, idle=60)
 CHAT = [canonical.Message("user", "hi")]
@@ -115,3 +116,40 @@ def test_tgi_and_triton_build_their_own_worker_requests() -> None:
     assert plan("tgi", chat(prompt_logprobs=1)) == (False, 720.0)
     assert not tgi.streams_whole(chat())
     assert plan("triton", chat()) == (False, 120.0 + 4096 / 2)  # its chat default limit
+
+
+@pytest.mark.parametrize("backend", ["triton", "openai"])
+def test_tokens_a_body_would_not_show_are_asked_as_a_stream(backend: str) -> None:
+    """TGI and LMI details list every generated token (`per_token`); Triton's `generate` body is
+    one `text_output` (tensorrt_llm/1/model.py convert_response) and a plain OpenAI server's
+    body one text, where their streams send a chunk per token. Bounded small or not, such an
+    answer is asked as a stream (waiting `first_byte` for its first token) and folded."""
+    assert plan(backend, text(4, per_token=True)) == (True, 120.0)
+    assert plan(backend, text(4)) == (False, 122.0)  # no details: one body, as before
+    # with the model's tokenizer the body's text is split into its tokens: one body
+    sent, wait = whole.plan(registry.backend(backend), text(4, per_token=True), T, True)
+    assert (sent.stream, wait) == (False, 122.0)
+
+
+def test_a_body_that_shows_its_tokens_stays_one_body() -> None:
+    """vLLM (`return_token_ids` and logprobs) and trtllm-serve (logprobs, asked for
+    `per_token`: PER_TOKEN_LOGPROBS) list every token in a body; so do a plain OpenAI server's
+    logprobs when the client asked for them, and TGI's /generate details."""
+    for backend in ("vllm", "trtllm", "tgi"):
+        assert registry.backend(backend).tokens_whole(text(4, per_token=True))
+        assert plan(backend, text(4, per_token=True)) == (False, 122.0)
+    asked = text(4, per_token=True, logprobs=True, top_logprobs=2)
+    assert plan("openai", asked) == (False, 122.0)
+
+
+def test_a_folded_stream_keeps_one_token_per_chunk_for_per_token_clients() -> None:
+    """A stream's text chunks without ids are a token each to TGI and LMI (their stream
+    encoders write one token per chunk, id -1, SPEC.md); folded for such a client they stay
+    one each, and for any other client the fold is the text alone, as before."""
+    events: list[ev.Event] = [ev.TextDelta(0, " The"), ev.TextDelta(0, " answer"),
+                              ev.Finish(0, "length")]
+    done = canonical.Completion.fold(events, 1, per_token=True)
+    c = done.choices[0]
+    assert (c.text, c.token_ids, c.token_texts) == (" The answer", [-1, -1], [" The", " answer"])
+    plain = canonical.Completion.fold(events).choices[0]
+    assert (plain.text, plain.token_ids, plain.token_texts) == (" The answer", None, None)
