@@ -209,16 +209,22 @@ class Completion:
 
 
 def _add_text(c: Choice, e: ev.TextDelta, per_token: bool) -> None:
+    # lists extended in place (the choice's own, never an event's): a folded stream of n
+    # chunks copies each entry once, not n / 2 times
     c.text += e.text
-    if e.token_ids is not None:
-        c.token_ids = (c.token_ids or []) + e.token_ids
-        c.token_texts = (c.token_texts or []) + [t for _, t, _ in e.per_token()]
-    elif per_token and (e.text or e.logprobs):
+    if e.token_ids is not None or (per_token and (e.text or e.logprobs)):
         tokens = e.per_token()
-        c.token_ids = (c.token_ids or []) + [tid for tid, _, _ in tokens]
-        c.token_texts = (c.token_texts or []) + [t for _, t, _ in tokens]
+        if c.token_ids is None:
+            c.token_ids = []
+        if c.token_texts is None:
+            c.token_texts = []
+        c.token_ids.extend(e.token_ids if e.token_ids is not None else
+                           [tid for tid, _, _ in tokens])
+        c.token_texts.extend([t for _, t, _ in tokens])
     if e.logprobs is not None:
-        c.logprobs = (c.logprobs or []) + e.logprobs
+        if c.logprobs is None:
+            c.logprobs = []
+        c.logprobs.extend(e.logprobs)
 
 
 def _add_tool_call(c: Choice, e: ev.ToolCallDelta) -> None:
