@@ -14,9 +14,8 @@ import asyncio
 import dataclasses
 import hmac
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from adapters import base, registry
 from gateway import (
@@ -31,13 +30,10 @@ from gateway import (
     tracing,
 )
 from gateway.http_cycle import new_id
+from gateway.peer import Receive, Scope, Send  # ASGI's, as gateway.peer spells them
 from schemas import canonical, errors
 from schemas import events as ev
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 Exchange = exchange.Exchange
 
 # What a request still under way is told when the server's drain time runs out (SIGTERM).
@@ -68,6 +64,8 @@ class ProtocolEndpoint:
         self.frontend = frontend
         self.services = services
         self.route = route  # the route's template: the metrics' and spans' `http.route`
+        server = services.config.server  # read once, as gateway.routing.Route's names
+        self.max_in_flight, self.max_body = server.max_concurrent_requests, server.max_request_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.serve(peer.AsgiPeer(scope, receive, send))
@@ -86,11 +84,11 @@ class ProtocolEndpoint:
         send = client.send
         try:
             check_key(s.keys, headers)
-            if s.in_flight >= s.config.server.max_concurrent_requests:
+            if s.in_flight >= self.max_in_flight:
                 raise errors.Overloaded("too many requests in flight; retry later")
             s.in_flight += 1
             admitted = True
-            body = client.ready_body(s.config.server.max_request_bytes) or \
+            body = client.ready_body(self.max_body) or \
                 await read_body(client.receive, headers, s.config.server)
             ctx = base.RequestContext(client.path, client.path_params, headers,
                                       s.router.options)
