@@ -11,6 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from adapters.frontends import openai_parse
+from schemas import canonical
 from schemas import openai as wire
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi", "x": 1}], "top_k": 3,
@@ -38,3 +39,35 @@ def test_the_parse_reads_what_the_attributes_hold() -> None:
     assert (s.max_tokens, s.top_k, s.stop, s.n) == (7, 3, ["s"], 1)
     assert req.extra == {"extra_field": {"a": 1}} and req.model == "m"
     assert [(m.role, m.content) for m in req.messages or []] == [("user", "hi")]
+
+
+# each sampling field of the OpenAI schema, a valid value that no other field has by default,
+# and the canonical field it lands in (`_common` builds `Sampling` positionally)
+SAMPLING_FIELDS = [
+    ("max_tokens", 11, "max_tokens", 11), ("min_tokens", 12, "min_tokens", 12),
+    ("temperature", 0.13, "temperature", 0.13), ("top_p", 0.14, "top_p", 0.14),
+    ("top_k", 15, "top_k", 15), ("min_p", 0.16, "min_p", 0.16),
+    ("typical_p", 0.17, "typical_p", 0.17), ("repetition_penalty", 1.18, "repetition_penalty", 1.18),
+    ("presence_penalty", 0.19, "presence_penalty", 0.19),
+    ("frequency_penalty", 0.2, "frequency_penalty", 0.2),
+    ("length_penalty", 0.21, "length_penalty", 0.21), ("seed", 22, "seed", 22),
+    ("stop", ["x", "y"], "stop", ["x", "y"]), ("stop", "z", "stop", ["z"]),
+    ("stop_token_ids", [23], "stop_token_ids", [23]), ("ignore_eos", True, "ignore_eos", True),
+    ("n", 3, "n", 3), ("best_of", 24, "best_of", 24),
+    ("logit_bias", {"5": 0.25}, "logit_bias", {"5": 0.25}),
+    ("truncate_prompt_tokens", 26, "truncate", 26),
+    ("skip_special_tokens", False, "skip_special_tokens", False),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "name", "expected"), SAMPLING_FIELDS)
+@pytest.mark.parametrize("chat", [True, False])
+def test_each_sampling_field_lands_in_its_place(key: str, value: Any, name: str, expected: Any,
+                                                 chat: bool) -> None:
+    body = {**({"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "p"}),
+            key: value}
+    s = (openai_parse.chat_request if chat else openai_parse.completion_request)(body).sampling
+    unset = canonical.Sampling()
+    assert getattr(s, name) == expected
+    assert [f for f in canonical.Sampling.__slots__ if f != name
+            and getattr(s, f) != getattr(unset, f)] == []
