@@ -30,7 +30,7 @@ from gateway import (
     tracing,
 )
 from gateway.http_cycle import new_id
-from gateway.peer import Receive, Scope, Send  # ASGI's, as gateway.peer spells them
+from gateway.peer import Message, Receive, Scope, Send  # ASGI's, as gateway.peer spells them
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -158,8 +158,8 @@ class ProtocolEndpoint:
         an await where it has one (the gateway's own server; the pipeline may then run this
         in the worker connection's callback), else one ASGI send per batch."""
         enc = t.encoder(meta)
-        await self._head(200, enc.media_type, {"cache-control": "no-cache", **enc.headers}, x,
-                         client.send)
+        head = _start(200, enc.media_type, {"cache-control": "no-cache", **enc.headers}, x)
+        await client.send(head)
         ends: list[list[ev.Event]] = [[], []]  # the last two batches
         write: Callable[[bytes], bool] | None = getattr(client, "write_body", None)
         pending: list[bytes] = []  # ASGI: what the next send carries
@@ -225,17 +225,8 @@ class ProtocolEndpoint:
         out = t.render(done, meta)
         await self._whole_response(out, x, send)
 
-    async def _head(self, status: int, media_type: str, extra: dict[str, str], x: Exchange,
-                    send: Send) -> None:
-        # the client's id as it sent it (its bytes were read as latin-1, gateway.http_cycle)
-        hdrs = [(b"content-type", media_type.encode()),
-                (b"x-request-id", x.request_id.encode("latin-1"))]
-        hdrs += [(k.encode(), v.encode()) for k, v in extra.items()]
-        x.status, x.head_sent = status, True
-        await send({"type": "http.response.start", "status": status, "headers": hdrs})
-
     async def _whole_response(self, out: base.Rendered, x: Exchange, send: Send) -> None:
-        await self._head(out.status, out.media_type, out.headers, x, send)
+        await send(_start(out.status, out.media_type, out.headers, x))
         x.finishing = True
         await send({"type": "http.response.body", "body": out.body, "more_body": False})
 
@@ -254,6 +245,17 @@ class ProtocolEndpoint:
             await self._whole_response(out, x, send)
         except OSError:  # the client is gone; nothing left to tell it
             x.outcome = x.error_type = "client_closed"
+
+
+def _start(status: int, media_type: str, extra: dict[str, str], x: Exchange) -> Message:
+    """The answer's `http.response.start`: the client's id as it sent it (its bytes were read
+    as latin-1, gateway.http_cycle)."""
+    hdrs = [(b"content-type", media_type.encode()),
+            (b"x-request-id", x.request_id.encode("latin-1"))]
+    if extra:
+        hdrs += [(k.encode(), v.encode()) for k, v in extra.items()]
+    x.status, x.head_sent = status, True
+    return {"type": "http.response.start", "status": status, "headers": hdrs}
 
 
 async def _nothing_to_drain() -> None:
