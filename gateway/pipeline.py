@@ -121,7 +121,7 @@ class Pipeline:
         wait = self.first_byte
         if not req.stream:  # a long one is asked as a stream, and folded (gateway.whole)
             req, wait = whole.plan(route.backend, req, self.timeouts)
-        job = Job(route, req, request_id, note, wait=wait)
+        job = Job(route, req, request_id, note, 0, wait)  # positional: no keywords' dict
         try:  # the first attempt costs no retry machinery
             return await self._attempt(job, order)
         except errors.UpstreamUnavailable:

@@ -162,7 +162,8 @@ class Completion:
 
     @classmethod
     def fold(cls, events: Iterable[ev.Event], choice_count: int = 1) -> Completion:
-        done = cls(choices=[Choice(index=i) for i in range(choice_count)])
+        # positional: a class called with keywords builds a dict and unpacks it (per answer)
+        done = cls([Choice(i) for i in range(choice_count)])
         for e in events:
             done.add(e)
         return done
@@ -179,7 +180,7 @@ class Completion:
 
     def choice(self, index: int) -> Choice:
         while len(self.choices) <= index:
-            self.choices.append(Choice(index=len(self.choices)))
+            self.choices.append(Choice(len(self.choices)))
         return self.choices[index]
 
     def add(self, e: ev.Event) -> None:
