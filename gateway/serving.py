@@ -74,8 +74,8 @@ class ProtocolEndpoint:
         """The request of `client`, answered (the native server calls this directly)."""
         headers = client.headers
         rid = headers.get("x-request-id") or new_id()
-        x = Exchange(rid, client.path, time.perf_counter(), route=self.route)
-        s = self.services
+        x = Exchange(rid, client.path, time.perf_counter())
+        x.route, s = self.route, self.services  # a store: a keyword argument builds a dict
         x.watch = x.note.observer = telemetry.Watch(s.tracing, headers, self.route)
         admitted = False
         # Who renders an error: the frontend until the body parsed, then that request's
