@@ -99,17 +99,21 @@ _REQUEST_INDEXES = range(len(_REQUEST_NAMES))
 def asked(req: canonical.InferenceRequest) -> list[tuple[str, Any, bool]]:
     """Every field the client set: sampling, then request options, then extras (the third
     item: an extra, which may be named like a canonical field)."""
-    # One attrgetter call per group, not a getattr per field, and the fields that differ from
-    # their unset value found by `map(ne)` and `compress` in C, not compared one by one in a
-    # Python loop: this runs for every request and every field.
+    # One attrgetter call per group, not a getattr per field; then, in C (`map`, `compress`),
+    # the fields that are not their unset value's very object (None, False, 0, 1: what an
+    # unset field holds), and only those compared in Python (a list unset is `[]`, another
+    # object): the same fields as comparing every one, without ~37 rich comparisons.
     out: list[tuple[str, Any, bool]] = []
     values = _sampling_values(req.sampling)
-    for i in itertools.compress(_SAMPLING_INDEXES, map(operator.ne, values, _SAMPLING_UNSETS)):
-        if (value := values[i]) is not None:  # None is unset for every sampling field too
+    for i in itertools.compress(_SAMPLING_INDEXES,
+                                map(operator.is_not, values, _SAMPLING_UNSETS)):
+        value = values[i]
+        if value is not None and value != _SAMPLING_UNSETS[i]:
             out.append((_SAMPLING_NAMES[i], value, False))
     values = _request_values(req)
-    for i in itertools.compress(_REQUEST_INDEXES, map(operator.ne, values, _REQUEST_UNSETS)):
-        out.append((_REQUEST_NAMES[i], values[i], False))
+    for i in itertools.compress(_REQUEST_INDEXES, map(operator.is_not, values, _REQUEST_UNSETS)):
+        if values[i] != _REQUEST_UNSETS[i]:
+            out.append((_REQUEST_NAMES[i], values[i], False))
     for name, value in req.extra.items():
         out.append((name, value, True))
     return out
