@@ -21,7 +21,11 @@ Options = Mapping[str, Any]
 NO_OPTIONS: Options = MappingProxyType({})
 
 
-@dataclass(slots=True, frozen=True)
+# Made per request (RequestContext, ResponseMeta) or per attempt (Target), so not `frozen`: a
+# frozen dataclass's __init__ sets each field with `object.__setattr__` (a slot wrapper call,
+# some ten times a plain store), which for these three was a few per cent of a whole answer.
+# Nothing changes them once made; each holds a mapping, so none was hashable either way.
+@dataclass(slots=True)
 class RequestContext:
     """What a frontend may read besides the body: path parameters, headers (lower-case), and
     the per-model options of a model name (None: the default model), e.g. `{"lmi": {...}}`."""
@@ -32,7 +36,7 @@ class RequestContext:
     model_options: Callable[[str | None], Mapping[str, Any]] = lambda _: {}
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class ResponseMeta:
     """The per-response values that are not a function of the events."""
 
@@ -55,7 +59,7 @@ class Rendered:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Target:
     """Where one attempt goes: an upstream base URL and the model name that worker knows, with
     the model's options (e.g. the `chat_template` a triton worker needs)."""

@@ -82,7 +82,7 @@ class RequestLines:
         fields["event"] = "request"
         fields["level"] = "info"
         fields["timestamp"] = self.timestamp()
-        self.pending.append(orjson.dumps(fields, default=str) + b"\n")
+        self.pending.append(orjson.dumps(fields, default=str, option=orjson.OPT_APPEND_NEWLINE))
         if len(self.pending) == 1:
             try:
                 asyncio.get_running_loop().call_soon(self.flush)

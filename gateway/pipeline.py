@@ -100,6 +100,8 @@ class Pipeline:
     def __init__(self, client: upstream.UpstreamClient, server: config.ServerConfig):
         self.client = client
         self.timeouts = server.timeouts
+        # read once, as gateway.routing.Route's names (a pydantic read goes through a hook)
+        self.first_byte, self.idle = self.timeouts.first_byte, self.timeouts.idle
         self.retries = server.retries
         self.failover_attempts = server.failover_attempts
         # (model, failed upstream, upstream continuing or None, tokens so far): gateway.hooks
@@ -116,10 +118,10 @@ class Pipeline:
             order = [u for u in order if u != avoid]
         if not order:
             raise errors.UpstreamUnavailable(f"model `{route.name}` has no healthy upstream")
-        wait = self.timeouts.first_byte
+        wait = self.first_byte
         if not req.stream:  # a long one is asked as a stream, and folded (gateway.whole)
             req, wait = whole.plan(route.backend, req, self.timeouts, route.vocab is not None)
-        job = Job(route, req, request_id, note, wait=wait)
+        job = Job(route, req, request_id, note, 0, wait)  # positional: no keywords' dict
         try:  # the first attempt costs no retry machinery
             return await self._attempt(job, order)
         except errors.UpstreamUnavailable:
@@ -175,7 +177,7 @@ class Pipeline:
             ureq.headers.update(note.observer.begin(url))
         # A stream's first byte comes after queueing and prefill; a body's after its whole
         # generation, which gateway.whole bounds.
-        wait = self.timeouts.first_byte if ureq.streaming else job.wait
+        wait = self.first_byte if ureq.streaming else job.wait
         try:
             with deadline.Deadline(wait):
                 resp = await self.client.send(ureq)
@@ -263,7 +265,7 @@ class Pipeline:
                 opened.decoder.close()
             if opened.more:
                 resp: Any = opened.resp
-                await pump.Pump(resp, opened.decoder, deliver, seen, self.timeouts.idle).run(
+                await pump.Pump(resp, opened.decoder, deliver, seen, self.idle).run(
                     drain)
             if ups is not None:
                 ups.succeeded(opened.url, opened.ticket)
@@ -315,7 +317,7 @@ class Pipeline:
     async def _relay(self, opened: Opened) -> AsyncGenerator[list[ev.Event], None]:
         """Event batches of one upstream answer, one per read."""
         loop = asyncio.get_running_loop()
-        dog = deadline.IdleWatchdog(loop, self.timeouts.idle)
+        dog = deadline.IdleWatchdog(loop, self.idle)
         try:
             yield opened.first
             read = opened.resp.read_chunk

@@ -23,10 +23,15 @@ class Route:
     upstreams: balancer.Upstreams
     options: dict[str, Any] = field(default_factory=dict)  # for frontends, as plain data
     vocab: tokens.Vocab | None = None  # the model's tokenizer, when one is known
+    # Read from the (frozen) config once, here: pydantic's BaseModel defines `__getattr__`, so
+    # each read of a config attribute goes through CPython's slot hook (two type lookups)
+    # before the instance's dict, and every request read these several times.
+    name: str = field(init=False)
+    upstream_model: str = field(init=False)  # the name the worker serves it under
 
-    @property
-    def name(self) -> str:
-        return self.config.name
+    def __post_init__(self) -> None:
+        self.name = self.config.name
+        self.upstream_model = self.config.upstream_model or self.config.name
 
     def decoder(self, req: canonical.InferenceRequest, streaming: bool) -> base.StreamDecoder:
         """The worker's decoder; with the model's tokenizer, token ids filled in for clients
@@ -35,10 +40,6 @@ class Route:
         if req.per_token and self.vocab is not None:
             return tokens.Tokenized(dec, self.vocab)
         return dec
-
-    @property
-    def upstream_model(self) -> str:
-        return self.config.upstream_model or self.config.name
 
 
 def chat_template_text(value: str | None, index: int) -> str | None:

@@ -14,9 +14,8 @@ import asyncio
 import dataclasses
 import hmac
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from adapters import base, registry
 from gateway import (
@@ -31,13 +30,10 @@ from gateway import (
     tracing,
 )
 from gateway.http_cycle import new_id
+from gateway.peer import Message, Receive, Scope, Send  # ASGI's, as gateway.peer spells them
 from schemas import canonical, errors
 from schemas import events as ev
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 Exchange = exchange.Exchange
 
 # What a request still under way is told when the server's drain time runs out (SIGTERM).
@@ -68,6 +64,8 @@ class ProtocolEndpoint:
         self.frontend = frontend
         self.services = services
         self.route = route  # the route's template: the metrics' and spans' `http.route`
+        server = services.config.server  # read once, as gateway.routing.Route's names
+        self.max_in_flight, self.max_body = server.max_concurrent_requests, server.max_request_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.serve(peer.AsgiPeer(scope, receive, send))
@@ -76,8 +74,8 @@ class ProtocolEndpoint:
         """The request of `client`, answered (the native server calls this directly)."""
         headers = client.headers
         rid = headers.get("x-request-id") or new_id()
-        x = Exchange(rid, client.path, time.perf_counter(), route=self.route)
-        s = self.services
+        x = Exchange(rid, client.path, time.perf_counter())
+        x.route, s = self.route, self.services  # a store: a keyword argument builds a dict
         x.watch = x.note.observer = telemetry.Watch(s.tracing, headers, self.route)
         admitted = False
         # Who renders an error: the frontend until the body parsed, then that request's
@@ -86,11 +84,11 @@ class ProtocolEndpoint:
         send = client.send
         try:
             check_key(s.keys, headers)
-            if s.in_flight >= s.config.server.max_concurrent_requests:
+            if s.in_flight >= self.max_in_flight:
                 raise errors.Overloaded("too many requests in flight; retry later")
             s.in_flight += 1
             admitted = True
-            body = client.ready_body(s.config.server.max_request_bytes) or \
+            body = client.ready_body(self.max_body) or \
                 await read_body(client.receive, headers, s.config.server)
             ctx = base.RequestContext(client.path, client.path_params, headers,
                                       s.router.options)
@@ -160,8 +158,8 @@ class ProtocolEndpoint:
         an await where it has one (the gateway's own server; the pipeline may then run this
         in the worker connection's callback), else one ASGI send per batch."""
         enc = t.encoder(meta)
-        await self._head(200, enc.media_type, {"cache-control": "no-cache", **enc.headers}, x,
-                         client.send)
+        head = _start(200, enc.media_type, {"cache-control": "no-cache", **enc.headers}, x)
+        await client.send(head)
         ends: list[list[ev.Event]] = [[], []]  # the last two batches
         write: Callable[[bytes], bool] | None = getattr(client, "write_body", None)
         pending: list[bytes] = []  # ASGI: what the next send carries
@@ -226,17 +224,8 @@ class ProtocolEndpoint:
         out = t.render(done, meta)
         await self._whole_response(out, x, send)
 
-    async def _head(self, status: int, media_type: str, extra: dict[str, str], x: Exchange,
-                    send: Send) -> None:
-        # the client's id as it sent it (its bytes were read as latin-1, gateway.http_cycle)
-        hdrs = [(b"content-type", media_type.encode()),
-                (b"x-request-id", x.request_id.encode("latin-1"))]
-        hdrs += [(k.encode(), v.encode()) for k, v in extra.items()]
-        x.status, x.head_sent = status, True
-        await send({"type": "http.response.start", "status": status, "headers": hdrs})
-
     async def _whole_response(self, out: base.Rendered, x: Exchange, send: Send) -> None:
-        await self._head(out.status, out.media_type, out.headers, x, send)
+        await send(_start(out.status, out.media_type, out.headers, x))
         x.finishing = True
         await send({"type": "http.response.body", "body": out.body, "more_body": False})
 
@@ -255,6 +244,17 @@ class ProtocolEndpoint:
             await self._whole_response(out, x, send)
         except OSError:  # the client is gone; nothing left to tell it
             x.outcome = x.error_type = "client_closed"
+
+
+def _start(status: int, media_type: str, extra: dict[str, str], x: Exchange) -> Message:
+    """The answer's `http.response.start`: the client's id as it sent it (its bytes were read
+    as latin-1, gateway.http_cycle)."""
+    hdrs = [(b"content-type", media_type.encode()),
+            (b"x-request-id", x.request_id.encode("latin-1"))]
+    if extra:
+        hdrs += [(k.encode(), v.encode()) for k, v in extra.items()]
+    x.status, x.head_sent = status, True
+    return {"type": "http.response.start", "status": status, "headers": hdrs}
 
 
 async def _nothing_to_drain() -> None:

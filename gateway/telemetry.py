@@ -56,7 +56,9 @@ class Watch:
                  "operation", "provider", "routed", "series")
 
     def __init__(self, tracing_: tracing.Tracing | None, headers: Mapping[str, str], route: str):
-        self.client_trace = {k: headers[k] for k in TRACE_HEADERS if k in headers}
+        # (a comprehension is a call of its own: made only where the client sent trace context)
+        self.client_trace = {k: headers[k] for k in TRACE_HEADERS if k in headers} \
+            if "traceparent" in headers or "tracestate" in headers else {}
         self.model = self._upstream_model = metrics.UNKNOWN_MODEL
         # Required labels, known once the request is routed; `_OTHER` for a request refused
         # before that (the conventions' value for one outside the list)

@@ -166,7 +166,9 @@ class Completion:
     @classmethod
     def fold(cls, events: Iterable[ev.Event], choice_count: int = 1,
              per_token: bool = False) -> Completion:
-        done = cls(choices=[Choice(index=i) for i in range(choice_count)], per_token=per_token)
+        # positional: a class called with keywords builds a dict and unpacks it (per answer)
+        done = cls([Choice(i) for i in range(choice_count)])
+        done.per_token = per_token
         for e in events:
             done.add(e)
         return done
@@ -183,7 +185,7 @@ class Completion:
 
     def choice(self, index: int) -> Choice:
         while len(self.choices) <= index:
-            self.choices.append(Choice(index=len(self.choices)))
+            self.choices.append(Choice(len(self.choices)))
         return self.choices[index]
 
     def add(self, e: ev.Event) -> None:

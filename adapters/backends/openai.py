@@ -188,9 +188,9 @@ class OpenAIBackend:
             rule = self.EXTRAS.get(key, self.UNKNOWN_EXTRA)
             if isinstance(rule, Send):
                 body.setdefault(rule.key or key, value)
-        return base.UpstreamRequest(
+        return base.UpstreamRequest(  # positional (streaming last): no keywords' dict
             "POST", target.base_url.rstrip("/") + path, orjson.dumps(body),
-            {"content-type": "application/json"}, streaming=req.stream)
+            {"content-type": "application/json"}, req.stream)
 
     def stream_options(self, req: canonical.InferenceRequest) -> dict[str, Any]:
         """Usage is always wanted upstream (the log line, metrics, the client's usage chunk);

@@ -17,21 +17,22 @@ def chat_request(data: dict[str, Any]) -> canonical.InferenceRequest:
     """A /v1/chat/completions body (a decoded JSON object) in canonical form."""
     raw = validation.validate(wire.ChatCompletionRequest, data)
     req = _common(raw)
-    req.messages = [_message(m) for m in raw.messages]
-    if raw.max_completion_tokens is not None:
-        req.sampling.max_tokens = raw.max_completion_tokens
-    req.logprobs = bool(raw.logprobs)
-    req.top_logprobs = raw.top_logprobs or 0
-    if raw.top_logprobs and not raw.logprobs:
+    f = raw.__dict__  # read as `_common` reads them
+    req.messages = [_message(m) for m in f["messages"]]
+    if f["max_completion_tokens"] is not None:
+        req.sampling.max_tokens = f["max_completion_tokens"]
+    req.logprobs = bool(f["logprobs"])
+    req.top_logprobs = f["top_logprobs"] or 0
+    if f["top_logprobs"] and not f["logprobs"]:
         raise errors.InvalidRequest(
             "`top_logprobs` requires `logprobs` to be true", field="top_logprobs"
         )
-    if raw.tools:
-        req.tools = [_tool(t) for t in raw.tools]
-    req.tool_choice = _tool_choice(raw.tool_choice)
-    req.parallel_tool_calls = raw.parallel_tool_calls
-    req.response_format = raw.response_format
-    req.reasoning_effort = raw.reasoning_effort
+    if f["tools"]:
+        req.tools = [_tool(t) for t in f["tools"]]
+    req.tool_choice = _tool_choice(f["tool_choice"])
+    req.parallel_tool_calls = f["parallel_tool_calls"]
+    req.response_format = f["response_format"]
+    req.reasoning_effort = f["reasoning_effort"]
     return req
 
 
@@ -54,61 +55,47 @@ def completion_request(data: dict[str, Any]) -> canonical.InferenceRequest:
 
 def _common(raw: wire.CommonRequest) -> canonical.InferenceRequest:
     """The fields chat and completions share."""
+    # The fields' values as pydantic keeps them, in the model's `__dict__`: read there, not
+    # through BaseModel's `__getattr__` slot hook (two type lookups per read, some thirty reads)
+    f = raw.__dict__
+    stop, options = f["stop"], f["stream_options"]
+    # positional, in the fields' order (a class called with keywords builds a dict and unpacks
+    # it again; 22 of them were a whole answer's costliest call); vLLM's sampling extras under
+    # the same names; a test sets each field alone and finds it in its place
     s = canonical.Sampling(
-        max_tokens=raw.max_tokens,
-        temperature=raw.temperature,
-        top_p=raw.top_p,
-        presence_penalty=raw.presence_penalty,
-        frequency_penalty=raw.frequency_penalty,
-        seed=raw.seed,
-        stop=[raw.stop] if isinstance(raw.stop, str) else list(raw.stop or []),
-        stop_token_ids=list(raw.stop_token_ids or []),
-        n=raw.n,
-        logit_bias=raw.logit_bias,
-        truncate=raw.truncate_prompt_tokens,
-        # vLLM's sampling extras, under the same names (as arguments: a getattr and a setattr
-        # per name were a twentieth of a whole answer's Python calls)
-        top_k=raw.top_k,
-        min_p=raw.min_p,
-        typical_p=raw.typical_p,
-        repetition_penalty=raw.repetition_penalty,
-        length_penalty=raw.length_penalty,
-        min_tokens=raw.min_tokens,
-        ignore_eos=raw.ignore_eos,
-        best_of=raw.best_of,
-        skip_special_tokens=raw.skip_special_tokens,
-    )
-    if raw.stream_options is not None and not raw.stream:
+        f["max_tokens"], f["min_tokens"], f["temperature"], f["top_p"], f["top_k"], f["min_p"],
+        f["typical_p"], f["repetition_penalty"], f["presence_penalty"], f["frequency_penalty"],
+        f["length_penalty"], f["seed"], [stop] if isinstance(stop, str) else list(stop or []),
+        list(f["stop_token_ids"] or []), f["ignore_eos"], None, f["n"], f["best_of"], None,
+        f["logit_bias"], f["truncate_prompt_tokens"], None, f["skip_special_tokens"])
+    if options is not None and not f["stream"]:
         raise errors.InvalidRequest(
             "`stream_options` is only allowed when `stream` is true", field="stream_options"
         )
     return canonical.InferenceRequest(
-        model=raw.model,
+        model=f["model"],
         sampling=s,
-        stream=bool(raw.stream),
-        include_usage=bool(raw.stream_options and raw.stream_options.include_usage),
-        continuous_usage=bool(raw.stream_options and raw.stream_options.include_usage
-                              and raw.stream_options.continuous_usage_stats),
-        prompt_logprobs=raw.prompt_logprobs,
-        token_ids=bool(raw.return_token_ids),
-        user=raw.user,
+        stream=bool(f["stream"]),
+        include_usage=bool(options and options.include_usage),
+        continuous_usage=bool(options and options.include_usage
+                              and options.continuous_usage_stats),
+        prompt_logprobs=f["prompt_logprobs"],
+        token_ids=bool(f["return_token_ids"]),
+        user=f["user"],
         extra=dict(raw.model_extra or {}),
     )
 
 
 def _message(m: wire.ChatMessage) -> canonical.Message:
+    f = m.__dict__  # read as `_common` reads them
     calls = None
-    if m.tool_calls is not None:
+    if f["tool_calls"] is not None:
         calls = [canonical.ToolCall(c.id, c.function.name, c.function.arguments)
-                 for c in m.tool_calls]
-    return canonical.Message(
-        role=m.role,
-        content=m.content,
-        name=m.name,
-        tool_calls=calls,
-        tool_call_id=m.tool_call_id,
-        reasoning=m.reasoning_content if m.reasoning_content is not None else m.reasoning,
-    )
+                 for c in f["tool_calls"]]
+    reasoning = f["reasoning_content"]
+    # positional, in the field order (a call with keywords builds and unpacks a dict)
+    return canonical.Message(f["role"], f["content"], f["name"], calls, f["tool_call_id"],
+                             reasoning if reasoning is not None else f["reasoning"])
 
 
 def _tool(t: wire.ToolSpec) -> canonical.ToolSpec:
