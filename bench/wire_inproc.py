@@ -173,6 +173,10 @@ async def run(args: argparse.Namespace) -> None:
             clients.append(c)
         for _ in range(args.warmup):
             await harness.round(clients, request)
+        if args.gc_threshold:
+            gc.set_threshold(args.gc_threshold)  # an experiment: the young generation's size
+        if args.freeze:
+            gc.freeze()  # what was made so far (imports, app, connections) out of collections
         check = b"".join(harness.out)
         if check.count(b"data: [DONE]") != args.streams or b"HTTP/1.1 200 OK" not in check:
             raise SystemExit(f"the streams did not complete: {check[:400]!r}")
@@ -183,6 +187,8 @@ async def run(args: argparse.Namespace) -> None:
         for _ in range(args.batches):  # the least disturbed batch: the machine may be shared
             writes = 0
             counter = _Calls() if args.calls else None
+            collections = _Collections()
+            gc.callbacks.append(collections)
             t0 = time.process_time()
             if prof is not None:
                 prof.enable()
@@ -191,6 +197,7 @@ async def run(args: argparse.Namespace) -> None:
             for _ in range(args.rounds):
                 writes += await harness.round(clients, request)
             sys.setprofile(None)
+            gc.callbacks.remove(collections)
             if prof is not None:
                 prof.disable()
             best = min(best, time.process_time() - t0)
@@ -200,12 +207,33 @@ async def run(args: argparse.Namespace) -> None:
           f"{writes / args.rounds / args.streams:.1f} client writes a stream: "
           f"{best / writes * 1e6:.2f} µs CPU per chunk written, {best / reads * 1e6:.2f} per read"
           + (f"; {calls / writes:.1f} Python calls per chunk written" if args.calls else "")
-          + f"; gc counts {gc.get_count()}")
+          + f"; collections by generation {collections.runs}, "
+          f"{collections.seconds / writes * 1e6:.2f} µs a chunk (by generation: "
+          + ", ".join(f"{t / writes * 1e6:.2f}" for t in collections.by_generation) + ")")
     if prof is not None:
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats(os.environ.get("SORT", "tottime")).print_stats(
             args.profile)
         print(out.getvalue())
+
+
+class _Collections:
+    """gc.callbacks: collections per generation and the CPU time they took."""
+
+    def __init__(self) -> None:
+        self.runs = [0, 0, 0]
+        self.by_generation = [0.0, 0.0, 0.0]
+        self.seconds = 0.0
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.process_time()
+        else:
+            took = time.process_time() - self._t0
+            self.seconds += took
+            self.by_generation[info["generation"]] += took
+            self.runs[info["generation"]] += 1
 
 
 class _Calls:
@@ -228,6 +256,10 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batches", type=int, default=1,
                    help="run the rounds this many times; report the least CPU")
+    p.add_argument("--freeze", action="store_true",
+                   help="gc.freeze() after the warm-up (an experiment)")
+    p.add_argument("--gc-threshold", type=int, default=0, metavar="N",
+                   help="gc.set_threshold(N) after the warm-up (an experiment; CPython's is 700)")
     p.add_argument("--calls", action="store_true",
                    help="count Python and C calls (sys.setprofile; slows the run)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
