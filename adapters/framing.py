@@ -1,4 +1,10 @@
-"""Wire framings shared by several protocols: SSE and JSON-lines writers, an incremental SSE reader."""
+"""Wire framings shared by several protocols: SSE and JSON-lines writers, an incremental SSE reader.
+
+The readers look for a byte with `bytes.find`, not `in`: on CPython 3.11 `needle in data`
+first tries the needle as an integer (`_Py_bytes_contains` calls `PyNumber_AsSsize_t`), which
+formats and discards a TypeError for every bytes needle, about 1,800 instructions a test,
+twice per chunk of a stream (bench/RESULTS.md section 14).
+"""
 
 from __future__ import annotations
 
@@ -43,13 +49,13 @@ class SseDecoder:
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
         if not self._buf and not self._data and not self._event and chunk[-2:] == b"\n\n" \
-                and b"\r" not in chunk:
+                and chunk.find(b"\r") < 0:
             return self._whole_events(chunk)
         return self._general(chunk)
 
     def _general(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
         buf = self._buf + chunk if self._buf else chunk
-        if b"\r" in buf:
+        if buf.find(b"\r") >= 0:
             self._cr = buf[-1:] == b"\r"
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
@@ -69,7 +75,7 @@ class SseDecoder:
         """Fast path: a read that ends on an event boundary, as workers write them."""
         out: list[tuple[bytes, bytes]] = []
         for block in chunk[:-2].split(b"\n\n"):
-            if block[:6] == b"data: " and b"\n" not in block:
+            if block[:6] == b"data: " and block.find(b"\n") < 0:
                 out.append((b"message", block[6:]))
             else:
                 out.extend(self._general(block + b"\n\n"))
@@ -110,7 +116,7 @@ class LineDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         buf = self._buf + chunk if self._buf else chunk
-        if b"\r" in buf:
+        if buf.find(b"\r") >= 0:
             # A CR at the end may be the first half of a CRLF: kept until the next read.
             buf = buf.replace(b"\r\n", b"\n")
             cut = len(buf) - 1 if buf[-1:] == b"\r" else len(buf)

@@ -70,8 +70,21 @@ class Connection(asyncio.Protocol):
             self._fail("the worker switched protocols")
         except httptools.HttpParserError as exc:
             self._fail(f"malformed HTTP from the worker ({exc})")
-        if self.sink is not None:
-            self.pump()
+        sink = self.sink
+        if sink is not None:
+            # `pump`, spelled out for the read of a relayed stream (one per chunk of a paced
+            # stream): this read's bytes as one piece, then the end or the failure
+            chunks = self.chunks
+            if chunks:
+                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                chunks.clear()
+                sink.data(data)
+            if self.complete:
+                self.sink = None
+                sink.end(None)
+            elif self.error is not None:
+                self.sink = None
+                sink.end(self.error)
 
     def eof_received(self) -> bool | None:
         return False  # close the transport; connection_lost follows
@@ -99,11 +112,12 @@ class Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)
+        if self.sink is not None:
+            # the bytes go on at the end of this read (no reader waits meanwhile) and the sink
+            # pauses reading itself while its client is full; a pause here would never be lifted
+            return
         self.buffered += len(body)
-        # With a sink attached the bytes go on at the end of this read and the sink pauses
-        # reading itself while its client is full; a pause here would never be lifted.
-        if (self.buffered > HIGH_WATER and self.sink is None and self.transport is not None
-                and not self.paused):
+        if self.buffered > HIGH_WATER and self.transport is not None and not self.paused:
             self.paused = True
             self.transport.pause_reading()
         self._wake()

@@ -96,7 +96,7 @@ class Cycle:
     __slots__ = ("_lost_hook", "_waiter", "body", "body_done", "body_size", "chunked", "conn",
                  "delivered", "done", "head", "head_pending", "headers", "http_version",
                  "keep_alive", "lost", "method", "path", "path_params", "query", "raw_headers",
-                 "raw_path", "started", "status", "wants_continue")
+                 "raw_path", "relaying", "started", "status", "wants_continue")
 
     def __init__(self, conn: Link, method: str, raw_path: bytes, query: bytes,
                  raw_headers: list[tuple[bytes, bytes]], http_version: str, keep_alive: bool):
@@ -125,6 +125,9 @@ class Cycle:
         self.status = 0
         self.chunked = False
         self.done = False  # the response's last byte is written
+        # the head is out, the body goes in chunks and the client is here: `write_body`'s
+        # middle chunks take the short way (one per chunk of a stream)
+        self.relaying = False
 
     # ---------------------------------------------------------------- request side
 
@@ -145,6 +148,7 @@ class Cycle:
 
     def on_lost(self) -> None:
         self.lost = True
+        self.relaying = False
         self._wake()
         hook, self._lost_hook = self._lost_hook, None
         if hook is not None:
@@ -220,6 +224,10 @@ class Cycle:
     def write_body(self, body: bytes, more: bool = True) -> bool:
         """Body bytes, framed, written now (the head with the first); False when the client
         is not taking bytes as fast as they come (await `drain` before more)."""
+        if self.relaying and more and body:
+            conn = self.conn
+            conn.write(b"%x\r\n%b\r\n" % (len(body), body))
+            return conn.writable
         if not self.started:
             raise RuntimeError("a response body before its start")
         if self.done:
@@ -238,15 +246,18 @@ class Cycle:
             pass
         elif self.chunked:
             if body:
-                out += (b"%x\r\n" % len(body), body, b"\r\n")
+                out.append(b"%x\r\n%b\r\n" % (len(body), body))
             if not more:
                 out.append(_LAST_CHUNK)
+            else:
+                self.relaying = True
         elif body:
             out.append(body)
         if out:
             conn.write(out[0] if len(out) == 1 else b"".join(out))
         if not more:
             self.done = True
+            self.relaying = False
             self._wake()
             conn.finished(self)
         return conn.writable
