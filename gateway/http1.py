@@ -183,6 +183,12 @@ class Connection(asyncio.Protocol):
 
     def prepare(self) -> None:
         """Ready for the next request on this connection."""
+        old = self.head
+        if old.done() and not old.cancelled():
+            # a failure that no request awaited (the worker closed the connection between
+            # accepting it and the first request): taken here, or asyncio reports "Future
+            # exception was never retrieved" once the future is collected
+            old.exception()
         self.status = 0
         self.head = asyncio.get_running_loop().create_future()
         self.chunks.clear()
@@ -326,7 +332,8 @@ class Http1Client:
             reused = conn.used > 0
             conn.prepare()
             try:
-                assert conn.transport is not None
+                if conn.transport is None:  # closed as it opened: the worker going away
+                    raise ConnectionError(conn.error or "the connection was closed")
                 conn.transport.write(wire)
                 await conn.head
                 return Http1Response(conn, self)

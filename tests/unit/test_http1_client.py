@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -372,3 +373,38 @@ async def test_idle_connections_the_worker_closed_leave_the_pool() -> None:
         await resp.aclose()
         assert len(client.idle[origin]) == 1
         await client.aclose()
+
+
+class _ClosedAtOnce(asyncio.Transport):
+    def close(self) -> None:
+        return None
+
+
+async def test_a_connection_the_worker_closed_as_it_opened_is_unreachable_not_a_bug(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker going away (killed, its pod stopping) may close a connection right after
+    accepting it, before the request is written: the loop then runs `connection_lost` before
+    `send` resumes from the connect. That is a worker that cannot be reached (retried on
+    another), not an assertion failure, and the failure that no request awaited is not left
+    for asyncio to report as "Future exception was never retrieved" (a churn test saw it)."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        origin = ("127.0.0.1", 9, False)
+        conn = http1.Connection(origin)
+        conn.connection_made(_ClosedAtOnce())
+        conn.connection_lost(None)  # before the request: the head future holds the failure
+
+        async def connected(_origin: object) -> http1.Connection:
+            return conn
+
+        client = http1.Http1Client(2.0)
+        monkeypatch.setattr(client, "_connection", connected)
+        with pytest.raises(errors.UpstreamUnavailable, match="could not be reached"):
+            await client.send(post("http://127.0.0.1:9"))
+        gc.collect()
+        await asyncio.sleep(0)
+        assert not reported, reported
+    finally:
+        loop.set_exception_handler(None)
