@@ -70,21 +70,8 @@ class Connection(asyncio.Protocol):
             self._fail("the worker switched protocols")
         except httptools.HttpParserError as exc:
             self._fail(f"malformed HTTP from the worker ({exc})")
-        sink = self.sink
-        if sink is not None:
-            # `pump`, spelled out for the read of a relayed stream (one per chunk of a paced
-            # stream): this read's bytes as one piece, then the end or the failure
-            chunks = self.chunks
-            if chunks:
-                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                chunks.clear()
-                sink.data(data)
-            if self.complete:
-                self.sink = None
-                sink.end(None)
-            elif self.error is not None:
-                self.sink = None
-                sink.end(self.error)
+        if self.sink is not None:  # a relayed stream: one read per chunk of a paced stream
+            self.pump()
 
     def eof_received(self) -> bool | None:
         return False  # close the transport; connection_lost follows
@@ -133,8 +120,12 @@ class Connection(asyncio.Protocol):
         events, as one `read_chunk` would give), then the end or the failure."""
         sink = self.sink
         assert sink is not None
-        if self.chunks:
-            sink.data(self.take())
+        chunks = self.chunks
+        if chunks:  # `take`, spelled out: this runs once per read of a relayed stream
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            chunks.clear()
+            self.buffered = 0
+            sink.data(data)
         if self.complete:
             self.sink = None
             sink.end(None)
