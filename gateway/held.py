@@ -67,7 +67,26 @@ def _mutex(value: Any) -> MutexValue | None:
         and isinstance(getattr(value, "_value", None), float) else None
 
 
-class _Delta:
+class _Held:
+    """A series' holder: `add` keeps a change for this turn; `observe` (a counter's or
+    gauge's `inc`) does that and marks the holder changed, once per turn."""
+
+    __slots__ = ()
+    dirty: bool
+
+    def add(self, amount: float) -> None:
+        raise NotImplementedError
+
+    def observe(self, amount: float = 1.0) -> None:
+        was = self.dirty
+        self.add(amount)
+        if not was:  # after the change: with no loop running, `_changed` flushes at once
+            _changed(self)
+
+    inc = observe
+
+
+class _Delta(_Held):
     """A counter's or gauge's series; its change in this turn, applied at `flush`."""
 
     __slots__ = ("delta", "dirty", "series", "value")
@@ -77,12 +96,6 @@ class _Delta:
         self.value = _mutex(getattr(series, "_value", None))
         self.delta = 0.0
         self.dirty = False
-
-    def inc(self, amount: float = 1.0) -> None:
-        was = self.dirty
-        self.add(amount)
-        if not was:  # after the change: with no loop running, `_changed` flushes at once
-            _changed(self)
 
     def dec(self, amount: float = 1.0) -> None:  # gauges only
         self.inc(-amount)
@@ -101,7 +114,7 @@ class _Delta:
                 self.series.inc(delta)
 
 
-class _Buckets:
+class _Buckets(_Held):
     """A histogram's series; this turn's observations counted per bucket, added at `flush`
     (prometheus_client keeps a count per bucket, not cumulative, and the sum)."""
 
@@ -121,12 +134,6 @@ class _Buckets:
     def fits(series: Any) -> bool:
         """Whether this prometheus_client keeps histograms as this expects."""
         return all(hasattr(series, name) for name in ("_upper_bounds", "_buckets", "_sum"))
-
-    def observe(self, amount: float) -> None:
-        was = self.dirty
-        self.add(amount)
-        if not was:  # after the change: with no loop running, `_changed` flushes at once
-            _changed(self)
 
     def add(self, amount: float) -> None:
         """As `observe`, for a `Routed` member: its group is marked changed instead."""
@@ -151,7 +158,7 @@ class _Buckets:
         self.dirty = False
 
 
-class _Observations:
+class _Observations(_Held):
     """A histogram's series where prometheus_client is not as `_Buckets` expects: the
     observations themselves, handed over at `flush`."""
 
@@ -161,12 +168,6 @@ class _Observations:
         self.series = series
         self.values: list[float] = []
         self.dirty = False
-
-    def observe(self, amount: float) -> None:
-        was = self.dirty
-        self.add(amount)
-        if not was:  # after the change: with no loop running, `_changed` flushes at once
-            _changed(self)
 
     def add(self, amount: float) -> None:
         """As `observe`, for a `Routed` member: its group is marked changed instead."""

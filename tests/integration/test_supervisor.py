@@ -128,6 +128,19 @@ class Probes:
         return self.status
 
 
+async def run_until_restarted(worker: supervisor.ManagedWorker, restarts: int,
+                              pause: float) -> None:
+    """Run `worker` until it has been restarted `restarts` times (20 s at most), then stop it."""
+    task = asyncio.ensure_future(worker.run())
+    try:
+        async with asyncio.timeout(20):
+            while worker.restarts < restarts:
+                await asyncio.sleep(pause)
+    finally:
+        await worker.stop(grace=1.0)
+        await asyncio.wait_for(task, 5)
+
+
 def scripted(monkeypatch: pytest.MonkeyPatch, script: str, client: Probes, **entry: object
              ) -> supervisor.ManagedWorker:
     """A managed worker whose process runs `script` (python -c)."""
@@ -188,14 +201,7 @@ async def test_a_worker_never_healthy_within_startup_timeout_is_killed_and_resta
     worker = scripted(monkeypatch, "import time; time.sleep(60)", Probes(503),
                       startup_timeout=0.5)
     with structlog.testing.capture_logs() as logs:
-        task = asyncio.ensure_future(worker.run())
-        try:
-            async with asyncio.timeout(20):
-                while worker.restarts < 2:
-                    await asyncio.sleep(0.02)
-        finally:
-            await worker.stop(grace=1.0)
-            await asyncio.wait_for(task, 5)
+        await run_until_restarted(worker, 2, 0.02)
     assert worker.route.upstreams.all == []
     events = [e["event"] for e in logs]
     assert "worker_healthy" not in events and events.count("worker_unhealthy") >= 2
@@ -239,14 +245,7 @@ async def test_a_worker_whose_command_cannot_run_is_logged_and_tried_again_with_
     worker = supervisor.Supervisor(cfg, router, Probes(200)).workers[0]  # type: ignore[arg-type]
     monkeypatch.setattr(worker, "command", lambda: ["/nonexistent/vllm", "serve", "org/demo"])
     with structlog.testing.capture_logs() as logs:
-        task = asyncio.ensure_future(worker.run())
-        try:
-            async with asyncio.timeout(20):
-                while worker.restarts < 3:
-                    await asyncio.sleep(0.01)
-        finally:
-            await worker.stop(grace=1.0)
-            await asyncio.wait_for(task, 5)
+        await run_until_restarted(worker, 3, 0.01)
     failed = [e for e in logs if e["event"] == "worker_start_failed"]
     assert failed and failed[0]["log_level"] == "error"
     assert failed[0]["command"][0] == "/nonexistent/vllm" and "FileNotFoundError" in failed[0]["error"]
