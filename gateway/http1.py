@@ -156,6 +156,10 @@ class Connection(asyncio.Protocol):
             self.error = why
         if not self.head.done():
             self.head.set_exception(ConnectionError(why))
+            # marked as seen: a connection can die with no request awaiting its head (closed
+            # as it opened, or its connect cancelled after `connection_made`); `self.error`
+            # keeps the reason, and a request that does await the head still gets it
+            self.head.exception()
         self._wake()
         self.close()
 
@@ -174,12 +178,6 @@ class Connection(asyncio.Protocol):
 
     def prepare(self) -> None:
         """Ready for the next request on this connection."""
-        old = self.head
-        if old.done() and not old.cancelled():
-            # a failure that no request awaited (the worker closed the connection between
-            # accepting it and the first request): taken here, or asyncio reports "Future
-            # exception was never retrieved" once the future is collected
-            old.exception()
         self.status = 0
         self.head = asyncio.get_running_loop().create_future()
         self.chunks.clear()

@@ -408,3 +408,30 @@ async def test_a_connection_the_worker_closed_as_it_opened_is_unreachable_not_a_
         assert not reported, reported
     finally:
         loop.set_exception_handler(None)
+
+
+async def test_a_connection_that_dies_unused_leaves_no_unretrieved_failure() -> None:
+    """A connect cancelled after `connection_made` (a client gone, or the connect timeout
+    firing as the worker accepts) closes a connection no request will ever use. Its failure
+    must not be left for asyncio to report as "Future exception was never retrieved": the
+    churn test failed on two such reports ("the connection was closed")."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        conn = http1.Connection(("127.0.0.1", 9, False))
+        conn.connection_made(_ClosedAtOnce())
+        conn.connection_lost(None)
+        assert conn.error == "the connection was closed"
+        with pytest.raises(ConnectionError, match="the connection was closed"):
+            await conn.head  # one that does await the head still gets the failure
+        del conn
+        unused = http1.Connection(("127.0.0.1", 9, False))
+        unused.connection_made(_ClosedAtOnce())
+        unused.connection_lost(ConnectionResetError("reset"))
+        del unused
+        gc.collect()
+        await asyncio.sleep(0)
+        assert not reported, reported
+    finally:
+        loop.set_exception_handler(None)
