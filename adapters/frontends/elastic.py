@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from adapters import base, validation
 from adapters.frontends import elastic_encode as enc
+from adapters.frontends import elastic_endpoints as endpoints
 from adapters.frontends import elastic_parse as check
 from adapters.frontends.elastic_parse import CHAT_PARSER, COMPLETION_PARSER
 from schemas import canonical, errors
@@ -212,7 +213,7 @@ def _parsed(build: RequestBuilder, body: bytes, ctx: base.RequestContext, stream
         req = build(body, ctx, name, stream)
     except errors.GatewayError as exc:
         raise exc from enc.framed(exc, framing, generic)
-    return req, enc.ElasticState(framing, _response_type(ctx))
+    return req, enc.ElasticState(framing, enc.response_type(ctx))
 
 
 def _lookup(body: bytes, ctx: base.RequestContext, name: str | None) -> None:
@@ -332,17 +333,6 @@ class _TaskSettings(BaseModel):
     max_tokens: int | None = None
 
 
-def _response_type(ctx: base.RequestContext) -> str:
-    """Elasticsearch answers in the compatible-with media type a client asked for."""
-    for header in ("accept", "content-type"):
-        value = ctx.headers.get(header, "")
-        if value.startswith("application/vnd.elasticsearch+json"):
-            version = value.partition("compatible-with=")[2].strip()
-            return f"application/vnd.elasticsearch+json;compatible-with={version}" if version \
-                else "application/vnd.elasticsearch+json"
-    return enc.JSON_MEDIA_TYPE
-
-
 # Elasticsearch's inference API (x-pack inference rest/Paths.java); `{id}` is a model name.
 ROUTES = (
     base.InferenceRoute("/_inference/{id}", ElasticInferenceFrontend),
@@ -355,4 +345,12 @@ ROUTES = (
     base.InferenceRoute("/_inference/completion/{id}", ElasticCompletionFrontend),
     base.InferenceRoute("/_inference/completion/{id}/_stream", ElasticCompletionStreamFrontend),
 )
-STATUS_ROUTES: tuple[base.StatusRouteSpec, ...] = ()
+# The get-endpoints API (RestGetInferenceModelAction), answered from the config; refusals in
+# ES's generic error form.
+STATUS_ROUTES = (
+    base.StatusRouteSpec("/_inference", endpoints.all_endpoints, ElasticCompletionFrontend),
+    base.StatusRouteSpec("/_inference/_all", endpoints.all_endpoints, ElasticCompletionFrontend),
+    base.StatusRouteSpec("/_inference/{id}", endpoints.endpoint, ElasticCompletionFrontend),
+    base.StatusRouteSpec("/_inference/{task_type}/{id}", endpoints.task_endpoint,
+                         ElasticCompletionFrontend),
+)

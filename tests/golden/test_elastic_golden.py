@@ -165,3 +165,54 @@ def test_elastic_error_bodies(update_goldens: bool) -> None:
             out += f"{cls.__name__} {label}: ".encode() + runner.head(r.status, r.media_type, r.headers)
             out += r.body + b"\n"
     runner.check_bytes(ROOT / "errors.txt", out, update_goldens)
+
+
+# GET _inference...: the inference endpoints of a gateway with a model, its alias and a second
+# model (the listing sorted by id), in the media type asked for; refusals in ES's generic form.
+_VIEW_MODELS = (
+    base.ModelView("demo", ("my-chat",), "meta-llama/Llama-3.1-8B-Instruct", True),
+    base.ModelView("alpha", (), "alpha", False),
+)
+_VIEW = base.GatewayView(_VIEW_MODELS, _VIEW_MODELS[0], "0", 0, 1, 1)
+_COMPAT = {"accept": "application/vnd.elasticsearch+json; compatible-with=9"}
+_GETS = [
+    ("/_inference", _COMPAT), ("/_inference/_all", {}), ("/_inference/*", _COMPAT),
+    ("/_inference/demo", _COMPAT), ("/_inference/my-chat", {}),
+    ("/_inference/completion/demo", _COMPAT), ("/_inference/chat_completion/_all", _COMPAT),
+    ("/_inference/Completion/_all", {}), ("/_inference/any/alpha", {}),
+    ("/_inference/text_embedding/_all", _COMPAT),
+    ("/_inference/nope", _COMPAT), ("/_inference/completion/nope", {}),
+    ("/_inference/text_embedding/demo", {}), ("/_inference/bogus/demo", {}),
+    ("/_inference/bogus/nope", {}),
+]
+
+
+def _get(path: str, headers: Mapping[str, str]) -> base.Rendered:
+    """The registry's status route for `path`, as Starlette matches it (first match in order),
+    with its refusals rendered by the route's error frontend, as serving.StatusEndpoint does."""
+    for pattern, answer in registry.STATUS_ROUTES:
+        regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern).replace("*", r"\*")
+        if pattern.startswith("/_inference") and (m := re.fullmatch(regex, path)):
+            ctx = base.RequestContext(path, m.groupdict(), headers)
+            try:
+                return answer(_VIEW, ctx)
+            except errors.GatewayError as exc:
+                return registry.STATUS_ERRORS[pattern]().render_error(exc)
+    raise AssertionError(f"no Elastic status route for {path}")
+
+
+def test_inference_endpoints(update_goldens: bool) -> None:
+    """elasticsearch-py `inference.get` (GET _inference, _inference/{id},
+    _inference/{task_type}/{id}, _inference/{task_type}/_all): RestGetInferenceModelAction's
+    routes; TransportGetInferenceModelAction (`_all` / `*`, sorted by id, by task type, a
+    single endpoint; `mismatchedTaskTypeException`); GetInferenceModelAction.Response
+    (`{"endpoints": [...]}`); ModelConfigurations.toFilteredXContent (inference_id, task_type,
+    service, service_settings; empty task_settings left out); TaskType.fromStringOrStatusException
+    (`Unknown task_type [x]`); ModelRegistry (`Inference endpoint not found [x]`), all in
+    elastic/elasticsearch. A path's unknown task type is refused before its id is looked up."""
+    out = b""
+    for path, headers in _GETS:
+        r = _get(path, headers)
+        assert r.headers["x-elastic-product"] == "Elasticsearch"
+        out += f"GET {path}\n".encode() + runner.rendered(r) + b"\n\n"
+    runner.check_bytes(ROOT / "endpoints.txt", out, update_goldens)

@@ -14,6 +14,7 @@ what the worker was sent.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +24,8 @@ import orjson
 import pytest
 from elasticsearch import (
     ApiError,
+    AsyncElasticsearch,
+    AuthenticationException,
     BadRequestError,
     Elasticsearch,
     NotFoundError,
@@ -43,11 +46,11 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"item": {"type": "string"}}}}}]
 
 
-def config(sim_url: str, framing: str) -> str:
+def config(sim_url: str, framing: str, keys: str = "[]") -> str:
     # failover off: these tests read the in-band error a cut stream ends with (failover has
     # its own tests in test_failover.py)
     return f"""
-server: {{timeouts: {{first_byte: 10, idle: 5}}, failover_attempts: 0}}
+server: {{timeouts: {{first_byte: 10, idle: 5}}, failover_attempts: 0, api_keys: {keys}}}
 default_model: demo
 elastic: {{framing: {framing}}}
 models:
@@ -69,7 +72,9 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         started.append(gw)
         gw_server, url_server = procs.gateway(tmp, config(sim_url, "server"))
         started.append(gw_server)
-        yield {"gw": url, "server": url_server, "sim": sim_url}
+        gw_keyed, url_keyed = procs.gateway(tmp, config(sim_url, "documented", "[k1]"))
+        started.append(gw_keyed)
+        yield {"gw": url, "server": url_server, "keyed": url_keyed, "sim": sim_url}
     finally:
         for p in reversed(started):
             p.stop()
@@ -329,3 +334,48 @@ def test_errors_on_the_completion_task(es: Elasticsearch) -> None:
     name, data = blocks[-1].split("\n")
     assert name == "event: error"
     assert wire.EsError.model_validate_json(data.removeprefix("data: ")).status >= 500
+
+
+def test_client_gets_the_inference_endpoints(urls: dict[str, str]) -> None:
+    """elasticsearch-py `inference.get`, sync and async, on a gateway with API keys: GET
+    _inference, _inference/{id}, _inference/{task_type}/{id} and _inference/{task_type}/_all
+    (RestGetInferenceModelAction) list each model name and alias as an endpoint
+    (GetInferenceModelAction.Response, ModelConfigurations.toFilteredXContent); an unknown id
+    is ModelRegistry's 404 and a task type the endpoint does not serve a 400
+    (InferenceExceptions.mismatchedTaskTypeException), in elastic/elasticsearch. The route
+    needs a key as every inference route does (SPEC.md server.api_keys)."""
+    es = Elasticsearch(urls["keyed"], api_key="k1", request_timeout=20, max_retries=0)
+    listed = es.inference.get()
+    assert listed.meta.headers["x-elastic-product"] == "Elasticsearch"
+    assert [e["inference_id"] for e in listed["endpoints"]] == ["demo", "my-chat"]
+    assert es.inference.get(inference_id="my-chat")["endpoints"] == [{
+        "inference_id": "my-chat", "task_type": "chat_completion", "service": "gateway",
+        "service_settings": {"model_id": "org/demo-model"}}]
+    one = es.inference.get(task_type="completion", inference_id="demo")["endpoints"]
+    assert [(e["inference_id"], e["task_type"]) for e in one] == [("demo", "completion")]
+    assert len(es.inference.get(task_type="completion")["endpoints"]) == 2
+    assert es.inference.get(task_type="text_embedding")["endpoints"] == []
+    with pytest.raises(NotFoundError) as gone:
+        es.inference.get(inference_id="nope")
+    assert gone.value.message == "resource_not_found_exception"
+    assert gone.value.body["error"]["reason"] == "Inference endpoint not found [nope]"
+    with pytest.raises(BadRequestError) as other:
+        es.inference.get(task_type="text_embedding", inference_id="demo")
+    assert other.value.message == "status_exception" and other.value.body["status"] == 400
+    with pytest.raises(AuthenticationException):
+        Elasticsearch(urls["keyed"], request_timeout=20, max_retries=0).inference.get()
+
+    async def in_async() -> None:
+        aes = AsyncElasticsearch(urls["keyed"], api_key="k1", request_timeout=20,
+                                 max_retries=0)
+        try:
+            got = await aes.inference.get(inference_id="demo")
+            assert got["endpoints"][0]["inference_id"] == "demo"
+            with pytest.raises(NotFoundError) as missing:
+                await aes.inference.get(task_type="completion", inference_id="nope")
+            assert missing.value.status_code == 404
+        finally:
+            await aes.close()
+
+    asyncio.run(in_async())
+

@@ -217,7 +217,7 @@ def test_route_statuses(gw: Gateway, method: str, target: str, status: int) -> N
     ("GET", CHAT, 405, "openai"),
     # Elasticsearch's RestController: 405 in its simple form, 400 "no handler found"
     ("GET", "/_inference/chat_completion/demo/_stream", 405, "elastic"),
-    ("POST", "/_inference/demo/_nothing?pretty", 400, "elastic"),
+    ("POST", "/_inference/demo/x/_nothing?pretty", 400, "elastic"),
     ("POST", "/generate/more", 404, "tgi"),
     ("POST", "/generate_stream/more", 404, "tgi"),  # not a 200 and an error event
     ("PUT", "/", 405, "tgi"),
