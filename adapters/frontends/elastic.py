@@ -17,6 +17,7 @@ example sends "gpt-4o", which a vLLM worker would refuse).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -171,6 +172,33 @@ class ElasticInferenceFrontend:
         return enc.render_json_error(exc)
 
 
+class ElasticTaskTypeFrontend(ElasticInferenceFrontend):
+    """POST _inference/{task_type}/{id} for a path no other route takes (RestInferenceAction's
+    TASK_TYPE_INFERENCE_ID_PATH): the task type is parsed as TaskType.fromStringOrStatusException
+    parses it (any case; unknown: a 400 before the body is read). `completion`,
+    `chat_completion` and `any` are served as on their own paths; for any other task the body
+    is read and checked (InferenceAction.Request.PARSER, validate()), the endpoint looked up
+    (unknown: 404), and the task found not to be the endpoint's
+    (BaseTransportInferenceAction.requestModelTaskTypeMismatchException)."""
+
+    def parse(self, body: bytes, ctx: base.RequestContext) -> base.Translator:
+        name, framing = _inference_id(ctx)
+        try:
+            check.content_type(ctx.headers)
+            task = endpoints.task_type(ctx.path_params.get("task_type", ""))
+        except errors.GatewayError as exc:
+            raise exc from enc.framed(exc, framing, generic=True)
+        if task == "any":
+            return super().parse(body, ctx)
+        if task == "completion":
+            return CompletionTranslator(
+                *_parsed(_completion_request, body, ctx, False, generic=True), False)
+        if task == "chat_completion":
+            return ChatTranslator(*_parsed(_chat_request, body, ctx, False), False)
+        _parsed(functools.partial(_other_task_request, task), body, ctx, False, generic=True)
+        raise AssertionError("unreachable: the request for another task is refused")
+
+
 class ElasticCompletionFrontend:
     """The completion task: `{"input": ...}` as one user turn; JSON or, on _stream, SSE."""
 
@@ -275,6 +303,27 @@ def _completion_request(body: bytes, ctx: base.RequestContext, name: str | None,
     return req
 
 
+def _other_task_request(task: str, body: bytes, ctx: base.RequestContext, name: str | None,
+                        stream: bool) -> canonical.InferenceRequest:
+    """A request for a task no gateway model serves: InferenceAction.Request's parser and
+    validate(), the endpoint looked up, then refused as not of that task."""
+    raw = check.load(wire.CompletionRequest, body, ctx.headers, COMPLETION_PARSER)
+    if raw.input is None:
+        check.validation_failed("Field [input] cannot be null")
+    if not raw.input:
+        check.validation_failed("Field [input] cannot be an empty array")
+    if task == "rerank" and not raw.query:
+        check.validation_failed(f"Field [query] cannot be {'null' if raw.query is None else 'empty'}"
+                                " for task type [rerank]")
+    for key in ("return_documents", "top_n") if task != "rerank" else ():
+        if getattr(raw, key) is not None:
+            check.validation_failed(f"Field [{key}] cannot be specified for task type [{task}]")
+    _endpoint(ctx, name)
+    raise errors.InvalidRequest(
+        f"Incompatible task_type, the requested type [{task}] does not match the model type "
+        f"[{endpoints.TASK}]") from enc.EsNote("status_exception", generic=True)
+
+
 def _inference_id(ctx: base.RequestContext) -> tuple[str | None, enc.Framing]:
     """The path's inference id and the framing its model's options (else the default model's:
     the setting is gateway-wide) ask for."""
@@ -344,6 +393,8 @@ ROUTES = (
     base.InferenceRoute("/_inference/chat_completion/{id}", ElasticChatWholeFrontend),
     base.InferenceRoute("/_inference/completion/{id}", ElasticCompletionFrontend),
     base.InferenceRoute("/_inference/completion/{id}/_stream", ElasticCompletionStreamFrontend),
+    # Any other task type (or `completion` in another case): after the routes above.
+    base.InferenceRoute("/_inference/{task_type}/{id}", ElasticTaskTypeFrontend),
 )
 # The get-endpoints API (RestGetInferenceModelAction), answered from the config; refusals in
 # ES's generic error form.

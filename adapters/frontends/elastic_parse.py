@@ -50,12 +50,17 @@ _FIELDS: dict[str, dict[str, tuple[tuple[str, ...], bool]]] = {
 }
 
 
-def rest(body: bytes, headers: Mapping[str, str]) -> None:
-    """RestController's checks, before any action runs: a supported Content-Type, a body."""
+def content_type(headers: Mapping[str, str]) -> None:
+    """RestController's first check, before any handler runs: a supported Content-Type."""
     ctype = headers.get("content-type", "").strip()
     if ctype and ctype.split(";", 1)[0].strip().lower() not in JSON_TYPES:
         raise errors.InvalidRequest(f"Content-Type header [{ctype}] is not supported",
                                     status=406) from EsNote(rest=True)
+
+
+def rest(body: bytes, headers: Mapping[str, str]) -> None:
+    """RestController's checks, before any action runs: a supported Content-Type, a body."""
+    content_type(headers)
     if not body.strip():  # RestRequest.requiredContent()
         raise errors.InvalidRequest("request body is required") \
             from EsNote("parse_exception", rest=True)

@@ -58,7 +58,7 @@ def route_of(path: str) -> tuple[base.Frontend, dict[str, str]]:
     for pattern, make in registry.INFERENCE_ROUTES:
         if not pattern.startswith("/_inference"):
             continue
-        m = re.fullmatch(pattern.replace("{id}", "(?P<id>[^/]+)"), path)
+        m = re.fullmatch(re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern), path)
         if m:
             return make(), m.groupdict()
     raise AssertionError(f"no Elastic route for {path}")

@@ -379,3 +379,24 @@ def test_client_gets_the_inference_endpoints(urls: dict[str, str]) -> None:
 
     asyncio.run(in_async())
 
+
+def test_client_methods_of_the_tasks_a_model_does_not_serve(es: Elasticsearch) -> None:
+    """elasticsearch-py `inference.text_embedding`, `rerank` and `inference.inference` with a
+    task type POST /_inference/{task_type}/{id} (RestInferenceAction): the task type parsed in
+    any case, unknown a 400 (TaskType.fromStringOrStatusException); an unknown id a 404; a task
+    the endpoint does not serve a 400 (BaseTransportInferenceAction
+    .requestModelTaskTypeMismatchException), in elastic/elasticsearch."""
+    with pytest.raises(BadRequestError) as other:
+        es.inference.text_embedding(inference_id="demo", input="hi")
+    assert other.value.message == "status_exception"
+    assert other.value.body["error"]["reason"] == (
+        "Incompatible task_type, the requested type [text_embedding] does not match the model "
+        "type [chat_completion]")
+    with pytest.raises(NotFoundError):
+        es.inference.rerank(inference_id="nope", input=["a"], query="q")
+    with pytest.raises(BadRequestError) as bogus:
+        es.inference.inference(task_type="bogus", inference_id="demo", input="x")
+    assert bogus.value.body["error"]["reason"] == "Unknown task_type [bogus]"
+    done = es.inference.inference(task_type="Completion", inference_id="my-chat",
+                                  input="Hi [[sim tokens=2]]")
+    assert done["completion"][0]["result"]

@@ -407,9 +407,10 @@ def test_registry_routes() -> None:
                   "/_inference/chat_completion/{id}/_unified",
                   "/_inference/chat_completion/{id}/_stream", "/_inference/chat_completion/{id}"}
     assert chat_paths | {"/_inference/completion/{id}", "/_inference/completion/{id}/_stream",
-                         "/_inference/{id}"} == set(routes)
+                         "/_inference/{id}", "/_inference/{task_type}/{id}"} == set(routes)
     assert all(isinstance(routes[p], elastic.ElasticChatFrontend) for p in chat_paths)
     assert isinstance(routes["/_inference/{id}"], elastic.ElasticInferenceFrontend)
+    assert isinstance(routes["/_inference/{task_type}/{id}"], elastic.ElasticTaskTypeFrontend)
     # its task decided by the body: `input` streams the completion task
     assert isinstance(routes["/_inference/{id}/_stream"], elastic.ElasticAnyTaskStreamFrontend)
     assert all(routes[p].lookup_first == ("chat_completion" not in p)  # type: ignore[attr-defined]
