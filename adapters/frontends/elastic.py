@@ -20,22 +20,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import orjson
-from pydantic import BaseModel, ValidationError
 
-from adapters import base, validation
+from adapters import base
 from adapters.frontends import elastic_encode as enc
 from adapters.frontends import elastic_endpoints as endpoints
 from adapters.frontends import elastic_parse as check
 from adapters.frontends.elastic_parse import CHAT_PARSER, COMPLETION_PARSER
 from schemas import canonical, errors
 from schemas import elastic as wire
-
-# Completion task settings of Elasticsearch's services that mean something to the gateway:
-# openai's `user`, anthropic's sampling settings.
-_TASK_SETTINGS = ("user", "temperature", "top_p", "top_k", "max_tokens")
 
 
 @dataclass(slots=True)
@@ -241,7 +236,7 @@ def _parsed(build: RequestBuilder, body: bytes, ctx: base.RequestContext, stream
         req = build(body, ctx, name, stream)
     except errors.GatewayError as exc:
         raise exc from enc.framed(exc, framing, generic)
-    return req, enc.ElasticState(framing, enc.response_type(ctx))
+    return req, enc.ElasticState(framing, check.response_type(ctx))
 
 
 def _lookup(body: bytes, ctx: base.RequestContext, name: str | None) -> None:
@@ -299,7 +294,7 @@ def _completion_request(body: bytes, ctx: base.RequestContext, name: str | None,
     req = canonical.InferenceRequest(
         model=_endpoint(ctx, name), messages=[canonical.Message("user", inputs[0])],
         stream=stream)
-    _task_settings(req, raw.task_settings or {})
+    check.task_settings(req, raw.task_settings or {})
     return req
 
 
@@ -353,33 +348,6 @@ def _message(m: wire.Message) -> canonical.Message:
                  for c in m.tool_calls]
     return canonical.Message(role=m.role, content=content, tool_calls=calls,
                              tool_call_id=m.tool_call_id)
-
-
-def _task_settings(req: canonical.InferenceRequest, settings: dict[str, Any]) -> None:
-    """Per-request task settings; one this gateway does not know is refused, as a service
-    refuses settings unknown to it (ServiceUtils.throwIfNotEmptyMap)."""
-    unknown = {k: v for k, v in settings.items() if k not in _TASK_SETTINGS}
-    if unknown:
-        shown = ", ".join(f"{k}={v}" for k, v in unknown.items())
-        raise errors.InvalidRequest(
-            f"Model configuration contains settings [{{{shown}}}] unknown to the [gateway] "
-            "service", field="task_settings") from enc.EsNote("status_exception")
-    try:
-        checked = _TaskSettings.model_validate(settings)
-    except ValidationError as exc:
-        raise validation.as_invalid_request(exc) from enc.EsNote("status_exception")
-    req.user = checked.user
-    s = req.sampling
-    s.temperature, s.top_p, s.top_k, s.max_tokens = (
-        checked.temperature, checked.top_p, checked.top_k, checked.max_tokens)
-
-
-class _TaskSettings(BaseModel):
-    user: str | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    max_tokens: int | None = None
 
 
 # Elasticsearch's inference API (x-pack inference rest/Paths.java); `{id}` is a model name.

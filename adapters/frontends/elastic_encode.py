@@ -75,17 +75,6 @@ def framing_of(options: Mapping[str, Any]) -> Framing:
     return "server" if elastic.get("framing") == "server" else "documented"
 
 
-def response_type(ctx: base.RequestContext) -> str:
-    """Elasticsearch answers in the compatible-with media type a client asked for."""
-    for header in ("accept", "content-type"):
-        value = ctx.headers.get(header, "")
-        if value.startswith("application/vnd.elasticsearch+json"):
-            version = value.partition("compatible-with=")[2].strip()
-            return f"application/vnd.elasticsearch+json;compatible-with={version}" if version \
-                else "application/vnd.elasticsearch+json"
-    return JSON_MEDIA_TYPE
-
-
 def event(name: bytes, data: bytes, framing: Framing) -> bytes:
     """One SSE event: `event: <name>`, `data: <data>`, a blank line; the BOM first on `server`."""
     return (BOM if framing == "server" else b"") + b"event: " + name + b"\ndata: " + data + b"\n\n"

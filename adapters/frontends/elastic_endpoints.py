@@ -22,6 +22,7 @@ import orjson
 
 from adapters import base
 from adapters.frontends import elastic_encode as enc
+from adapters.frontends import elastic_parse as check
 from schemas import errors
 
 SERVICE: Final = "gateway"
@@ -44,7 +45,7 @@ def _endpoint(inference_id: str, task: str, model: base.ModelView) -> dict[str, 
 def _answer(endpoints: list[dict[str, Any]], ctx: base.RequestContext) -> base.Rendered:
     """GetInferenceModelAction.Response, in the media type the client asked for
     (RestToXContentListener)."""
-    return base.Rendered(200, orjson.dumps({"endpoints": endpoints}), enc.response_type(ctx),
+    return base.Rendered(200, orjson.dumps({"endpoints": endpoints}), check.response_type(ctx),
                          dict(enc.PRODUCT_HEADERS))
 
 

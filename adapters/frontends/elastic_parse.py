@@ -14,11 +14,11 @@ from fractions import Fraction
 from typing import Any, NoReturn
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from adapters import validation
-from adapters.frontends.elastic_encode import EsNote
-from schemas import errors
+from adapters import base, validation
+from adapters.frontends.elastic_encode import JSON_MEDIA_TYPE, EsNote
+from schemas import canonical, errors
 
 # The parser names Elasticsearch puts in its messages: UnifiedCompletionRequest.PARSER
 # (the class's simple name) and InferenceAction.Request.PARSER (the action's NAME).
@@ -28,6 +28,10 @@ COMPLETION_PARSER = "cluster:internal/xpack/inference"
 # Content types Elasticsearch reads as JSON: plain, and the compatible-with form its clients
 # send (elasticsearch-py `_COMPAT_MIMETYPE_TEMPLATE`, wire-formats.md 7.6).
 JSON_TYPES = ("application/json", "application/vnd.elasticsearch+json")
+
+# Completion task settings of Elasticsearch's services that mean something to the gateway:
+# openai's `user`, anthropic's sampling settings.
+_TASK_SETTINGS = ("user", "temperature", "top_p", "top_k", "max_tokens")
 
 # Each top-level field's ObjectParser.ValueType: the JSON tokens it takes, and whether it is an
 # array field (which also takes one bare item as a list of one). A JSON null is read as absent
@@ -219,3 +223,41 @@ def validation_failed(message: str) -> NoReturn:
     only what parsing throws): ES's generic error form on every route."""
     raise errors.InvalidRequest(f"Validation Failed: 1: {message};") \
         from EsNote("action_request_validation_exception", generic=True)
+
+
+def response_type(ctx: base.RequestContext) -> str:
+    """Elasticsearch answers in the compatible-with media type a client asked for."""
+    for header in ("accept", "content-type"):
+        value = ctx.headers.get(header, "")
+        if value.startswith("application/vnd.elasticsearch+json"):
+            version = value.partition("compatible-with=")[2].strip()
+            return f"application/vnd.elasticsearch+json;compatible-with={version}" if version \
+                else "application/vnd.elasticsearch+json"
+    return JSON_MEDIA_TYPE
+
+
+def task_settings(req: canonical.InferenceRequest, settings: dict[str, Any]) -> None:
+    """Per-request task settings; one this gateway does not know is refused, as a service
+    refuses settings unknown to it (ServiceUtils.throwIfNotEmptyMap)."""
+    unknown = {k: v for k, v in settings.items() if k not in _TASK_SETTINGS}
+    if unknown:
+        shown = ", ".join(f"{k}={v}" for k, v in unknown.items())
+        raise errors.InvalidRequest(
+            f"Model configuration contains settings [{{{shown}}}] unknown to the [gateway] "
+            "service", field="task_settings") from EsNote("status_exception")
+    try:
+        checked = _TaskSettings.model_validate(settings)
+    except ValidationError as exc:
+        raise validation.as_invalid_request(exc) from EsNote("status_exception")
+    req.user = checked.user
+    s = req.sampling
+    s.temperature, s.top_p, s.top_k, s.max_tokens = (
+        checked.temperature, checked.top_p, checked.top_k, checked.max_tokens)
+
+
+class _TaskSettings(BaseModel):
+    user: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
