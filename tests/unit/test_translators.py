@@ -50,6 +50,8 @@ BODIES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     "/_inference/chat_completion/{id}": ({"messages": MSGS}, {"id": "demo"}),
     "/_inference/completion/{id}": ({"input": "Hi"}, {"id": "demo"}),
     "/_inference/completion/{id}/_stream": ({"input": "Hi"}, {"id": "demo"}),
+    # a task type in another case: TaskType.fromString upper-cases it
+    "/_inference/{task_type}/{id}": ({"input": "Hi"}, {"task_type": "Completion", "id": "demo"}),
     "/invocations": ({"messages": MSGS}, {}),
     "/predictions/{model}": ({"messages": MSGS}, {"model": "demo"}),
     "/predictions/{model}/{version}": ({"messages": MSGS}, {"model": "demo", "version": "1"}),
