@@ -187,13 +187,20 @@ class FastPaths:
                                                      dict[str, Any]] | None:
         """The native endpoint and path parameters of a path-parameter route (Starlette's own
         matching, first full match in route order); None where Starlette should answer (no
-        route, a method the route does not take, an endpoint with no native form)."""
+        route, a method the route does not take, an endpoint with no native form). A slash
+        that came percent-encoded (http_cycle.routing_path) is a `/` in its parameter."""
         scope = {"type": "http", "path": path, "method": method}
         for route in self.starlette.router.routes:
             found, child = route.matches(scope)
             if found is Match.FULL:
                 serve = getattr(child.get("endpoint"), "serve", None)
-                return (serve, child["path_params"]) if serve is not None else None
+                if serve is None:
+                    return None
+                params = child["path_params"]
+                if http_cycle.ENCODED_SLASH in path:
+                    params = {k: v.replace(http_cycle.ENCODED_SLASH, "/") if isinstance(v, str)
+                              else v for k, v in params.items()}
+                return serve, params
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

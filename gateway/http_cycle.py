@@ -89,6 +89,22 @@ def plain_response(status: int, text: str, request_id: bytes | None = None) -> b
                      b"content-length: %d\r\n\r\n" % len(body), body))
 
 
+# Stands for a percent-encoded `/` inside one path segment while routes are matched: a path
+# parameter may hold one (an Elastic inference id or a model name `org/model`, which
+# elasticsearch-py sends as `org%2Fmodel`), as a server that splits the path before decoding
+# it (Elasticsearch's RestUtils) reads it. U+FFFF is a noncharacter, in no real path.
+ENCODED_SLASH = "\uffff"
+
+
+def routing_path(raw: bytes, path: str) -> str:
+    """The path routes are matched against: the decoded `path`, but with a slash that came
+    percent-encoded in `raw` kept inside its segment (as ENCODED_SLASH)."""
+    if b"%2f" not in raw.lower():
+        return path
+    return "/".join(urllib.parse.unquote(part).replace("/", ENCODED_SLASH)
+                    for part in raw.decode("latin-1").split("/"))
+
+
 class Cycle:
     """One request on a connection and its response: what an endpoint reads and writes
     (`gateway.peer.Peer`: path, headers, receive, send, on_disconnect)."""

@@ -31,7 +31,7 @@ from typing import Any, Protocol, cast
 import httptools
 
 from gateway import deadline, observability
-from gateway.http_cycle import Cycle, plain_response
+from gateway.http_cycle import Cycle, plain_response, routing_path
 
 Message = MutableMapping[str, Any]
 
@@ -270,7 +270,8 @@ class Connection(asyncio.Protocol):
     async def _serve(self, cycle: Cycle) -> None:
         try:
             endpoint = self.server.native.get((cycle.method, cycle.path))
-            if endpoint is None and (found := self.server.match(cycle.method, cycle.path)):
+            if endpoint is None and (found := self.server.match(
+                    cycle.method, routing_path(cycle.raw_path, cycle.path))):
                 endpoint, cycle.path_params = found
             if endpoint is not None:
                 await endpoint(cycle)

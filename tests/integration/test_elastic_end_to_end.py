@@ -55,7 +55,7 @@ default_model: demo
 elastic: {{framing: {framing}}}
 models:
   - name: demo
-    aliases: [my-chat]
+    aliases: [my-chat, org/demo]
     backend: vllm
     upstreams: [{sim_url}]
     upstream_model: org/demo-model
@@ -347,13 +347,13 @@ def test_client_gets_the_inference_endpoints(urls: dict[str, str]) -> None:
     es = Elasticsearch(urls["keyed"], api_key="k1", request_timeout=20, max_retries=0)
     listed = es.inference.get()
     assert listed.meta.headers["x-elastic-product"] == "Elasticsearch"
-    assert [e["inference_id"] for e in listed["endpoints"]] == ["demo", "my-chat"]
+    assert [e["inference_id"] for e in listed["endpoints"]] == ["demo", "my-chat", "org/demo"]
     assert es.inference.get(inference_id="my-chat")["endpoints"] == [{
         "inference_id": "my-chat", "task_type": "chat_completion", "service": "gateway",
         "service_settings": {"model_id": "org/demo-model"}}]
     one = es.inference.get(task_type="completion", inference_id="demo")["endpoints"]
     assert [(e["inference_id"], e["task_type"]) for e in one] == [("demo", "completion")]
-    assert len(es.inference.get(task_type="completion")["endpoints"]) == 2
+    assert len(es.inference.get(task_type="completion")["endpoints"]) == 3
     assert es.inference.get(task_type="text_embedding")["endpoints"] == []
     with pytest.raises(NotFoundError) as gone:
         es.inference.get(inference_id="nope")
@@ -400,3 +400,16 @@ def test_client_methods_of_the_tasks_a_model_does_not_serve(es: Elasticsearch) -
     done = es.inference.inference(task_type="Completion", inference_id="my-chat",
                                   input="Hi [[sim tokens=2]]")
     assert done["completion"][0]["result"]
+
+
+def test_an_inference_id_with_a_slash(es: Elasticsearch) -> None:
+    """elasticsearch-py percent-encodes a `/` in an inference id (`_quote`: `org%2Fdemo`);
+    Elasticsearch splits the path before decoding each part (RestUtils.decodeComponent), so
+    the id keeps its slash: a gateway model name or alias like `org/demo` is reachable."""
+    done = es.inference.completion(inference_id="org/demo", input="Hi [[sim tokens=2]]")
+    assert done["completion"][0]["result"]
+    got = es.inference.get(task_type="completion", inference_id="org/demo")
+    assert got["endpoints"][0]["inference_id"] == "org/demo"
+    with pytest.raises(NotFoundError) as gone:
+        es.inference.inference(inference_id="org/nope", input="x")
+    assert gone.value.body["error"]["reason"] == "Inference endpoint not found [org/nope]"

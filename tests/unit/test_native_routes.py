@@ -4,7 +4,7 @@ Starlette must answer (no route, a method the route does not take) it gets the r
 
 from __future__ import annotations
 
-from gateway import app, config, serving
+from gateway import app, config, http_cycle, serving
 
 CFG = config.Config.model_validate({
     "models": [{"name": "demo", "backend": "vllm", "upstreams": ["http://127.0.0.1:9"]}]})
@@ -35,3 +35,19 @@ def test_starlette_answers_what_no_native_endpoint_takes() -> None:
     assert fast.match("GET", "/_inference/chat_completion/demo/_stream") is None  # 405 there
     assert fast.match("POST", "/no/such/path") is None  # 404 there
     assert fast.match("GET", "/metrics") is None  # an ASGI endpoint with no native form
+
+
+def test_an_encoded_slash_stays_in_its_path_parameter() -> None:
+    """elasticsearch-py percent-encodes a `/` in an inference id (`_quote`), and Elasticsearch
+    splits the path before it decodes each part (RestUtils.decodeComponent), so
+    `_inference/completion/org%2Fm` names the endpoint `org/m`: a model name with a slash."""
+    fast = app.build_app(CFG)
+    raw = b"/_inference/completion/org%2Fm/_stream"
+    path = http_cycle.routing_path(raw, "/_inference/completion/org/m/_stream")
+    found = fast.match("POST", path)
+    assert found is not None
+    assert found[0].__self__.route == "/_inference/completion/{id}/_stream"  # type: ignore[attr-defined]
+    assert found[1] == {"id": "org/m"}
+    assert http_cycle.routing_path(b"/v1/models/a%20b", "/v1/models/a b") == "/v1/models/a b"
+    found = fast.match("GET", http_cycle.routing_path(b"/_inference/org%2fm", "/_inference/org/m"))
+    assert found is not None and found[1] == {"id": "org/m"}
