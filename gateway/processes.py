@@ -243,7 +243,8 @@ def run_child(raw: dict[str, Any], sock: socket.socket, log_level: str, shared: 
     """A serving process: the gateway app on the inherited socket, workers gated by health,
     upstream health shared with the other processes through `shared` (gateway.board). The
     config travels as its JSON form (the assembled config classes do not pickle)."""
-    supervisor.die_with_parent()
+    parent = multiprocessing.parent_process()
+    supervisor.die_with_parent(parent.pid if parent is not None else None)
     cfg = config.Config.model_validate(raw)
     import structlog
 

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -102,6 +103,36 @@ def test_sigterm_refuses_new_connections_while_streams_drain(tmp_path: Path) -> 
         assert gw.popen.wait(15) == 0
     finally:
         gw.stop()
+
+
+def test_a_gateway_killed_while_it_starts_leaves_no_process(tmp_path: Path) -> None:
+    """The parent SIGKILLed while its serving processes still start (an interpreter and its
+    imports): each asks to die with its parent (PR_SET_PDEATHSIG), but a parent already gone
+    sends nothing, so each checks its parent's pid after asking (prctl(2): "the caller should
+    check getppid()"). Before, they went on to serve the port, orphans."""
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(CONFIG)
+    gw = procs.Proc([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--host",
+                     "127.0.0.1", "--port", str(procs.free_port())], tmp_path / "gateway.log")
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            seen |= set(procs.children_of(gw.pid))
+            if sum("spawn_main" in procs.cmdline(p) for p in seen) >= 2:
+                break
+            time.sleep(0.01)
+        gw.popen.kill()
+        gw.popen.wait(10)
+        deadline = time.monotonic() + 10
+        while any(procs.alive(p) for p in seen) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [p for p in seen if procs.alive(p)]
+    finally:
+        gw.stop()
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    assert len(seen) >= 2 and not left
 
 
 def test_workers_setting_and_flag() -> None:
