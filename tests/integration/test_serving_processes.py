@@ -10,13 +10,14 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from gateway import cli, config, processes
-from tests.integration import procs
+from tests.integration import procs, rawhttp
 
 pytestmark = pytest.mark.integration
 
@@ -211,3 +212,124 @@ workers: [{kind: simulator, model: demo, restart: never}]
         assert health_and_gauges(url, 12)[0] == {503}
     finally:
         gw.stop()
+
+
+# One gateway for the cases below: two serving processes, the stable keys an independent
+# suite sets, a managed worker (model `demo`) and a static upstream (model `static`).
+KEY = "sekret"
+LIMIT = 3  # server.max_concurrent_requests
+MSG = [{"role": "user", "content": "hello"}]
+SLOW = "hold [[sim tokens=100 itl_ms=100]]"
+
+
+class Gateway:
+    def __init__(self, proc: procs.Proc, url: str):
+        self.proc, self.url = proc, url
+        self.port = int(url.rsplit(":", 1)[1])
+
+    def serving(self) -> list[int]:
+        return [p for p in procs.children_of(self.proc.pid)
+                if "spawn_main" in procs.cmdline(p) and procs.alive(p)]
+
+    def hold(self) -> rawhttp.Conn:
+        """A stream kept open: one place taken until the connection closes."""
+        conn = rawhttp.Conn(("127.0.0.1", self.port), timeout=10)
+        body = json.dumps({"model": "demo", "prompt": SLOW, "max_tokens": 100, "stream": True})
+        conn.send(rawhttp.request("POST", "/v1/completions", body.encode(), {
+            "Content-Type": "application/json", "Authorization": f"Bearer {KEY}"}))
+        assert conn.head().status == 200 and conn.first_chunk().startswith(b"data: ")
+        return conn
+
+    def post(self, model: str = "demo") -> httpx.Response:
+        """A completion on a new connection (the kernel spreads those over the processes)."""
+        with httpx.Client(timeout=10) as client:
+            return client.post(self.url + "/v1/completions", headers={"x-api-key": KEY},
+                               json={"model": model, "prompt": "hi", "max_tokens": 2})
+
+    def until_at_rest(self) -> None:
+        """Until no request is in flight in any process (bounded)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            text = httpx.get(self.url + "/metrics", timeout=10).text
+            if sum(float(v) for v in re.findall(
+                    r"^gateway_requests_in_flight\{[^}]*\} (\S+)$", text, re.M)) == 0:
+                return
+            time.sleep(0.05)
+        raise AssertionError("requests still in flight")
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    tmp = tmp_path_factory.mktemp("processes")
+    sim, sim_url = procs.simulator(tmp, "--ttft-ms", "0", "--itl-ms", "0")
+    try:
+        proc, url = procs.gateway(tmp, f"""
+server: {{workers: 2, api_keys: [{KEY}], max_concurrent_requests: {LIMIT}, failover_attempts: 1}}
+default_model: demo
+models:
+  - {{name: demo, backend: vllm, aliases: [demo-alias], routing: least_request}}
+  - {{name: static, backend: vllm, upstreams: [{sim_url}], aliases: [st], routing: round_robin}}
+workers: [{{kind: simulator, model: demo, args: [--ttft-ms, "0", --itl-ms, "0"]}}]
+""")
+    except BaseException:
+        sim.stop()
+        raise
+    try:
+        yield Gateway(proc, url)
+    finally:
+        proc.stop()
+        sim.stop()
+
+
+def test_the_concurrency_limit_is_the_whole_gateways(gw: Gateway) -> None:
+    """`max_concurrent_requests` (SPEC.md: beyond it, 429 with Retry-After) holds for the
+    gateway, not each serving process: with LIMIT streams open, a request on any connection,
+    whichever process takes it, is refused. TGI, whose setting this is, counts one semaphore
+    for its whole server (text-generation-inference router/src/infer/mod.rs,
+    `limit_concurrent_requests`). Before, each process counted its own: the gateway took up
+    to twice the limit, and a request's refusal depended on the process it reached."""
+    holds = [gw.hold() for _ in range(LIMIT)]
+    try:
+        for _ in range(10):
+            refused = gw.post()
+            assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    finally:
+        for conn in holds:
+            conn.close()
+    gw.until_at_rest()
+    assert gw.post().status_code == 200
+
+
+def test_a_killed_serving_process_is_restarted_with_its_places_and_counts(gw: Gateway) -> None:
+    """SIGKILL to a serving process: the parent starts another on its socket (connections
+    that queued there meanwhile are served), the requests it had admitted no longer count
+    against the limit, and what it had counted stays in /metrics (prometheus_client's
+    multiprocess files outlive their process)."""
+    for _ in range(4):
+        assert gw.post().status_code == 200
+    served = served_total(httpx.get(gw.url + "/metrics", timeout=10).text)
+    before = gw.serving()
+    holds = [gw.hold() for _ in range(LIMIT)]
+    try:
+        victim = procs.holder(gw.port, holds[0].sock.getsockname()[1], before)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while (len(now := gw.serving()) < 2 or victim in now) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(now) == 2 and victim not in now
+    finally:
+        for conn in holds:
+            conn.close()
+    gw.until_at_rest()
+    statuses, _ = health_and_gauges(gw.url, 6)
+    assert statuses == {200}
+    holds = [gw.hold() for _ in range(LIMIT)]  # every place free again
+    for conn in holds:
+        conn.close()
+    gw.until_at_rest()
+    after = served_total(httpx.get(gw.url + "/metrics", timeout=10).text)
+    assert after >= served
+    for _ in range(6):
+        assert gw.post().status_code == 200
+    assert served_total(httpx.get(gw.url + "/metrics", timeout=10).text) == after + 6
