@@ -447,3 +447,21 @@ def test_no_key_is_refused_by_each_process_in_each_protocol(gw: Gateway) -> None
         for path, body, field in NO_KEY:
             resp = httpx.post(gw.url + path, json=body, timeout=10)
             assert resp.status_code == 401 and field in resp.json(), (path, resp.text)
+
+
+def test_a_managed_worker_killed_is_used_again_by_every_process(gw: Gateway) -> None:
+    """The parent restarts its managed worker (SPEC.md: restarted with backoff when it
+    dies); every serving process routes to it again: /health 200 and requests served on
+    connections that reach either process."""
+    sims = [p for p in procs.children_of(gw.proc.pid) if "simulator" in procs.cmdline(p)]
+    assert len(sims) == 1
+    os.kill(sims[0], signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        now = [p for p in procs.children_of(gw.proc.pid) if "simulator" in procs.cmdline(p)
+               and procs.alive(p)]
+        if now and now != sims and health_and_gauges(gw.url, 6)[0] == {200}:
+            break
+        time.sleep(0.05)
+    assert now and now != sims
+    assert [gw.post().status_code for _ in range(8)] == [200] * 8
