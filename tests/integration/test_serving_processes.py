@@ -92,11 +92,11 @@ def test_sigterm_refuses_new_connections_while_streams_drain(tmp_path: Path) -> 
     both processes all end whole, the gateway exits 0 and no process of it is left (the
     managed worker stopped). Workers set by the environment override (SPEC.md)."""
     gw, url = procs.gateway(tmp_path, CONFIG.replace("workers: 2, drain_seconds: 2",
-                                                     "drain_seconds: 5"),
+                                                     "drain_seconds: 8"),
                             env={"GATEWAY_SERVER__WORKERS": "2"})
     host, port = url.removeprefix("http://").split(":")
     everyone = procs.children_of(gw.pid)
-    body = json.dumps({"model": "demo", "prompt": "slow [[sim itl_ms=100]]", "max_tokens": 20,
+    body = json.dumps({"model": "demo", "prompt": "slow [[sim itl_ms=100]]", "max_tokens": 30,
                        "stream": True}).encode()
     streams: dict[int, rawhttp.Conn] = {}  # by the serving process that holds it
     try:
@@ -245,7 +245,7 @@ workers: [{kind: simulator, model: demo, restart: never}]
 KEY = "sekret"
 LIMIT = 3  # server.max_concurrent_requests
 MSG = [{"role": "user", "content": "hello"}]
-SLOW = "hold [[sim tokens=100 itl_ms=100]]"
+SLOW = "hold [[sim tokens=300 itl_ms=100]]"  # 30 s unless closed
 
 
 class Gateway:
@@ -260,7 +260,7 @@ class Gateway:
     def hold(self) -> rawhttp.Conn:
         """A stream kept open: one place taken until the connection closes."""
         conn = rawhttp.Conn(("127.0.0.1", self.port), timeout=10)
-        body = json.dumps({"model": "demo", "prompt": SLOW, "max_tokens": 100, "stream": True})
+        body = json.dumps({"model": "demo", "prompt": SLOW, "max_tokens": 300, "stream": True})
         conn.send(rawhttp.request("POST", "/v1/completions", body.encode(), {
             "Content-Type": "application/json", "Authorization": f"Bearer {KEY}"}))
         assert conn.head().status == 200 and conn.first_chunk().startswith(b"data: ")
