@@ -140,3 +140,12 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
     except OSError:
         return ""
+
+
+def status(pid: int, field: str) -> str:
+    """A field of /proc/<pid>/status (`VmRSS` -> "67048 kB")."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == field:
+            return value.strip()
+    raise KeyError(field)

@@ -68,6 +68,7 @@ def test_two_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
             with httpx.Client(timeout=10) as client:
                 assert client.post(url + "/v1/completions", json=body).status_code == 200
         metrics_text = httpx.get(url + "/metrics", timeout=10).text
+        rss = [int(procs.status(p, "VmRSS").split()[0]) * 1024 for p in serving]
         deadline = time.monotonic() + 10
         while len(request_pids(gw.log.read_text())) < REQUESTS and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -78,6 +79,11 @@ def test_two_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
     assert set(pids) <= set(serving) and len(set(pids)) == 2  # served by both processes
     assert served_total(metrics_text) == REQUESTS  # summed over both processes
     assert attempts_total(metrics_text) == REQUESTS
+    # the process metrics (the deploy dashboard's CPU and memory per pod): the gateway's
+    # processes summed, more than any one of them holds
+    resident = re.search(r"^process_resident_memory_bytes (\S+)$", metrics_text, re.M)
+    assert resident is not None and float(resident.group(1)) > 2 * max(rss)
+    assert re.search(r"^process_cpu_seconds_total \S+$", metrics_text, re.M)
     assert code == 0
     deadline = time.monotonic() + 10
     while any(procs.alive(p) for p in children) and time.monotonic() < deadline:
