@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adapters import registry
 from gateway import (
+    admission,
     board,
     config,
     health,
@@ -50,16 +51,18 @@ def http1_client(cfg: config.Config) -> upstream.UpstreamClient:
 
 def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
               traces: tracing.Tracing | None = None, manage_workers: bool = True,
-              shared: str | None = None) -> FastPaths:
+              shared: str | None = None, slot: int = 0) -> FastPaths:
     """The gateway for `cfg`; `client_factory` makes the upstream client inside the loop;
     `traces` (gateway.tracing) gives every request a span. `manage_workers=False` (a serving
     process of several): the managed workers are run by the parent process, and this one only
     gates them into rotation by their health; `shared` is then the directory where the
-    processes share their upstreams' standing (gateway.board)."""
+    processes share their upstreams' standing (gateway.board) and their in-flight counts,
+    this one's in `slot` (gateway.admission)."""
     router = routing.Router(cfg, hooks.Events(), board.Board(shared) if shared else None)
     flow = pipeline.Pipeline(_Unstarted(), cfg.server)
     flow.on_failover = hooks.failover
-    services = serving.Services(cfg, router, flow,
+    admitted = admission.Admission(cfg.server.max_concurrent_requests, shared, slot)
+    services = serving.Services(cfg, router, flow, admitted,
                                 keys=tuple(k.encode() for k in cfg.server.api_keys), tracing=traces)
     metrics.declare(router)
 

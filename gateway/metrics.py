@@ -18,8 +18,8 @@ at the next scrape (`refresh_upstreams`, `_ListedOnly`).
 With several serving processes (`server.workers: N`) prometheus_client's multiprocess mode
 sums every process's samples (`collected`): the in-flight gauge is `livesum` (a process that
 ended leaves the sum, `process_gone`), upstream health the latest of live processes (each
-scrape sets it from a view gateway.board keeps shared); the process collectors are per
-process and are left out there.
+scrape sets it from a view gateway.board keeps shared); the process metrics (CPU, memory,
+open files) are the parent's and its live serving processes' summed (`_GatewayProcesses`).
 """
 
 from __future__ import annotations
@@ -342,7 +342,51 @@ def collected() -> prom.CollectorRegistry:
         return REGISTRY
     merged = prom.CollectorRegistry()
     multiprocess.MultiProcessCollector(merged, path)  # type: ignore[no-untyped-call]
+    merged.register(_GatewayProcesses(path))
+    prom.PlatformCollector(registry=merged)  # python_info: the same in every process
     return merged
+
+
+class _GatewayProcesses:
+    """prometheus_client's process metrics summed over the gateway's own processes: the
+    parent and each live serving process (those writing multiprocess files to `path`, the
+    parent's children), not the managed workers. CPU seconds, memory and open files add up;
+    the start time is the earliest (the gateway's), the open-files limit the highest."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def pids(self) -> list[int]:
+        parent = os.getppid()
+        named = {pid for stem, _, pid in (n.removesuffix(".db").rpartition("_")
+                                          for n in os.listdir(self.path))
+                 if stem and pid.isdigit()}  # files `{kind}_{pid}.db`, some of gone ones
+        return sorted({parent, os.getpid()} | {
+            int(pid) for pid in named if _parent_of(int(pid)) == parent})
+
+    def collect(self) -> Iterator[Any]:
+        families: dict[str, Any] = {}
+        for pid in self.pids():
+            reader = prom.ProcessCollector(pid=functools.partial(int, pid), registry=None)
+            for fam in reader.collect():
+                if fam.name not in families:
+                    families[fam.name] = fam
+                    continue
+                mine = families[fam.name].samples
+                pick = min if fam.name == "process_start_time_seconds" else \
+                    max if fam.name == "process_max_fds" else sum
+                mine[:] = [a._replace(value=pick((a.value, b.value)))
+                           for a, b in zip(mine, fam.samples, strict=True)]
+        yield from families.values()
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent's pid of a live process, from /proc; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def process_gone(pid: int) -> None:

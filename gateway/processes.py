@@ -9,7 +9,9 @@ meanwhile is still served. The managed workers (`workers:`) are started, restart
 by the parent alone; each serving process gates them into its own rotation by probing their
 health route (the same gate as one process uses). What one process learns of an upstream's
 health (an ejection, a probe's verdict) the others take on (gateway.board, in a directory the
-parent makes and removes), so /health answers alike in every process. Metrics:
+parent makes and removes), so /health answers alike in every process; so does their count of
+requests in flight, which `server.max_concurrent_requests` limits for the whole gateway
+(gateway.admission). Metrics:
 prometheus_client's multiprocess mode, in another such directory; /metrics in any process
 sums them all. SIGTERM or SIGINT to the parent: SIGTERM to every serving process (each drains
 its streams for `server.drain_seconds`) and the parent's copies of the sockets closed, so new
@@ -32,7 +34,17 @@ import tempfile
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from gateway import board, config, http1, listener, metrics, observability, routing, supervisor
+from gateway import (
+    admission,
+    board,
+    config,
+    http1,
+    listener,
+    metrics,
+    observability,
+    routing,
+    supervisor,
+)
 
 RESTART_SECONDS = 1.0  # before a serving process that died is started again
 BACKLOG = 2048  # uvicorn's own default
@@ -171,7 +183,8 @@ async def _parent(cfg: config.Config, socks: list[socket.socket], log_level: str
     workers = supervisor.Supervisor(cfg, routing.Router(cfg, shared=board.Board(shared)), client)
     try:
         await workers.start()
-        kept = [ServingProcess(cfg, s, log_level, shared) for s in socks]
+        slots = admission.Slots(shared, len(socks))
+        kept = [ServingProcess(cfg, s, log_level, shared, slots, i) for i, s in enumerate(socks)]
         tasks = [asyncio.ensure_future(p.keep(stop)) for p in kept]
         await stop.wait()
         for p in kept:
@@ -193,11 +206,13 @@ async def _parent(cfg: config.Config, socks: list[socket.socket], log_level: str
 class ServingProcess:
     """One serving process on its socket, started again if it dies before the parent stops."""
 
-    def __init__(self, cfg: config.Config, sock: socket.socket, log_level: str, shared: str):
+    def __init__(self, cfg: config.Config, sock: socket.socket, log_level: str, shared: str,
+                 slots: admission.Slots, index: int):
         self.cfg = cfg
         self.sock = sock
         self.log_level = log_level
         self.shared = shared  # gateway.board's directory
+        self.slots, self.index = slots, index  # its in-flight count (gateway.admission)
         self.proc: BaseProcess | None = None
 
     async def keep(self, stop: asyncio.Event) -> None:
@@ -205,9 +220,10 @@ class ServingProcess:
         while not stop.is_set():
             self.proc = multiprocessing.get_context("spawn").Process(
                 target=run_child, args=(self.cfg.model_dump(mode="json"), self.sock,
-                                        self.log_level, self.shared), daemon=False)
+                                        self.log_level, self.shared, self.index), daemon=False)
             self.proc.start()
             await _exited(self.proc)
+            self.slots.clear(self.index)  # what it had admitted is gone with it
             if self.proc.pid is not None:
                 metrics.process_gone(self.proc.pid)
             if stop.is_set():
@@ -239,11 +255,14 @@ async def _exited(proc: BaseProcess) -> None:
     proc.join()
 
 
-def run_child(raw: dict[str, Any], sock: socket.socket, log_level: str, shared: str) -> None:
+def run_child(raw: dict[str, Any], sock: socket.socket, log_level: str, shared: str,
+              slot: int) -> None:
     """A serving process: the gateway app on the inherited socket, workers gated by health,
-    upstream health shared with the other processes through `shared` (gateway.board). The
+    upstream health and requests in flight (its own in `slot`) shared with the other
+    processes through `shared` (gateway.board, gateway.admission). The
     config travels as its JSON form (the assembled config classes do not pickle)."""
-    supervisor.die_with_parent()
+    parent = multiprocessing.parent_process()
+    supervisor.die_with_parent(parent.pid if parent is not None else None)
     cfg = config.Config.model_validate(raw)
     import structlog
 
@@ -254,5 +273,5 @@ def run_child(raw: dict[str, Any], sock: socket.socket, log_level: str, shared: 
     structlog.contextvars.bind_contextvars(pid=os.getpid())
     gc.set_threshold(20_000, 20, 20)  # as in cli.serve
     application = app.build_app(cfg, traces=tracing.from_env(cfg.server.tracing, os.environ),
-                                manage_workers=False, shared=shared)
+                                manage_workers=False, shared=shared, slot=slot)
     raise SystemExit(server(application, cfg.server).run(sockets=[sock]))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from adapters import base, registry
 from gateway import (
+    admission,
     config,
     deadline,
     exchange,
@@ -52,7 +53,7 @@ class Services:
     config: config.Config
     router: routing.Router
     pipeline: pipeline.Pipeline
-    in_flight: int = 0
+    admission: admission.Admission  # server.max_concurrent_requests, over every process
     keys: tuple[bytes, ...] = ()  # server.api_keys as UTF-8 (gateway.serving.check_key)
     tracing: tracing.Tracing | None = None
 
@@ -64,8 +65,7 @@ class ProtocolEndpoint:
         self.frontend = frontend
         self.services = services
         self.route = route  # the route's template: the metrics' and spans' `http.route`
-        server = services.config.server  # read once, as gateway.routing.Route's names
-        self.max_in_flight, self.max_body = server.max_concurrent_requests, server.max_request_bytes
+        self.max_body = services.config.server.max_request_bytes  # read once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.serve(peer.AsgiPeer(scope, receive, send))
@@ -84,9 +84,8 @@ class ProtocolEndpoint:
         send = client.send
         try:
             check_key(s.keys, headers)
-            if s.in_flight >= self.max_in_flight:
+            if not s.admission.enter():
                 raise errors.Overloaded("too many requests in flight; retry later")
-            s.in_flight += 1
             admitted = True
             body = client.ready_body(self.max_body) or \
                 await read_body(client.receive, headers, s.config.server)
@@ -108,7 +107,7 @@ class ProtocolEndpoint:
             await self._fail(errors.GatewayError("internal gateway error"), x, send, answerer)
         finally:
             if admitted:
-                s.in_flight -= 1
+                s.admission.leave()
             observability.log_exchange(x)
 
     async def _watched(self, work: Awaitable[None], client: peer.Peer, x: Exchange) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import socket
@@ -42,11 +43,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """SIGKILL this process when its parent dies (runs in a worker between fork and exec, and
-    first thing in a serving process of several)."""
+    first thing in a serving process of several). A parent that died before this ran sends
+    nothing: prctl(2) says to check the parent's pid afterwards, and a serving process is
+    that late (an interpreter's start and imports); without the check, a gateway killed while
+    it started left its serving processes listening on its port, orphans. `parent`: the pid
+    of the process that started this one."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)  # what the signal would have done
 
 
 # Words of a flag whose value is a credential (vLLM's `--api-key`, `--hf-token`), not a
@@ -132,7 +139,7 @@ class ManagedWorker:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.command(), env=self.environment(), stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True, preexec_fn=die_with_parent)
+                start_new_session=True, preexec_fn=functools.partial(die_with_parent, os.getpid()))
         except OSError as exc:  # not installed, not executable: said, and tried again later
             self.crashes += 1
             self._log.error("worker_start_failed", command=shown(self.command()),

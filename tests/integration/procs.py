@@ -109,3 +109,43 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def holder(server_port: int, client_port: int, pids: list[int]) -> int | None:
+    """Which of `pids` holds the server side of the loopback TCP connection between
+    `server_port` and `client_port` (from /proc/net/tcp and each process's open files)."""
+    inode = None
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if (int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16)) == \
+                (server_port, client_port):
+            inode = fields[9]
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(fd) == f"socket:[{inode}]":
+                    return pid
+            except OSError:
+                continue
+    return None
+
+
+def cmdline(pid: int) -> str:
+    """The command line of `pid`, its words joined by spaces; empty once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def status(pid: int, field: str) -> str:
+    """A field of /proc/<pid>/status (`VmRSS` -> "67048 kB")."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == field:
+            return value.strip()
+    raise KeyError(field)

@@ -234,8 +234,8 @@ def bookkeeping(services: serving.Services, server: listener.Server, client: htt
                 tasks0: int) -> list[str]:
     """What the gateway's own counters hold that is not at rest (empty: all at rest)."""
     wrong = []
-    if services.in_flight:
-        wrong.append(f"admitted requests in flight: {services.in_flight}")
+    if services.admission.count:
+        wrong.append(f"admitted requests in flight: {services.admission.count}")
     for route in services.router.routes.values():
         for url, h in route.upstreams.health.items():
             if h.in_flight or h.trial:

@@ -8,14 +8,20 @@ import os
 import re
 import signal
 import socket
+import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import openai
 import pytest
+from elasticsearch import Elasticsearch
+from huggingface_hub import InferenceClient
 
 from gateway import cli, config, processes
-from tests.integration import procs
+from tests.integration import procs, rawhttp
 
 pytestmark = pytest.mark.integration
 
@@ -62,6 +68,7 @@ def test_two_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
             with httpx.Client(timeout=10) as client:
                 assert client.post(url + "/v1/completions", json=body).status_code == 200
         metrics_text = httpx.get(url + "/metrics", timeout=10).text
+        rss = [int(procs.status(p, "VmRSS").split()[0]) * 1024 for p in serving]
         deadline = time.monotonic() + 10
         while len(request_pids(gw.log.read_text())) < REQUESTS and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -72,6 +79,11 @@ def test_two_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
     assert set(pids) <= set(serving) and len(set(pids)) == 2  # served by both processes
     assert served_total(metrics_text) == REQUESTS  # summed over both processes
     assert attempts_total(metrics_text) == REQUESTS
+    # the process metrics (the deploy dashboard's CPU and memory per pod): the gateway's
+    # processes summed, more than any one of them holds
+    resident = re.search(r"^process_resident_memory_bytes (\S+)$", metrics_text, re.M)
+    assert resident is not None and float(resident.group(1)) > 2 * max(rss)
+    assert re.search(r"^process_cpu_seconds_total \S+$", metrics_text, re.M)
     assert code == 0
     deadline = time.monotonic() + 10
     while any(procs.alive(p) for p in children) and time.monotonic() < deadline:
@@ -82,26 +94,78 @@ def test_two_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
 def test_sigterm_refuses_new_connections_while_streams_drain(tmp_path: Path) -> None:
     """SPEC.md: on SIGTERM stop accepting and let in-flight streams finish. With two serving
     processes the parent holds the listening sockets too: closed with the signal, or a new
-    client's handshake completes and it waits out the drain for a reset."""
-    gw, url = procs.gateway(tmp_path, CONFIG.replace("drain_seconds: 2", "drain_seconds: 5"))
+    client's handshake completes and it waits out the drain for a reset. Streams in flight in
+    both processes all end whole, the gateway exits 0 and no process of it is left (the
+    managed worker stopped). Workers set by the environment override (SPEC.md)."""
+    gw, url = procs.gateway(tmp_path, CONFIG.replace("workers: 2, drain_seconds: 2",
+                                                     "drain_seconds: 8"),
+                            env={"GATEWAY_SERVER__WORKERS": "2"})
     host, port = url.removeprefix("http://").split(":")
-    body = {"model": "demo", "prompt": "slow [[sim itl_ms=100]]", "max_tokens": 20,
-            "stream": True}
+    everyone = procs.children_of(gw.pid)
+    body = json.dumps({"model": "demo", "prompt": "slow [[sim itl_ms=100]]", "max_tokens": 30,
+                       "stream": True}).encode()
+    streams: dict[int, rawhttp.Conn] = {}  # by the serving process that holds it
     try:
-        with httpx.Client(timeout=10) as client:
-            with client.stream("POST", url + "/v1/completions", json=body) as resp:
-                lines = resp.iter_lines()
-                assert next(lines).startswith("data: ")
-                gw.popen.send_signal(signal.SIGTERM)
-                time.sleep(0.5)  # every process has the signal
-                with pytest.raises(ConnectionRefusedError):
-                    socket.create_connection((host, int(port)), timeout=2).close()
-                rest = list(lines)
-        assert [ln for ln in rest if ln][-1] == "data: [DONE]"
-        assert not any('"error"' in ln for ln in rest)
+        for _ in range(30):  # new connections until both processes hold one
+            conn = rawhttp.Conn((host, int(port)), timeout=10)
+            conn.send(rawhttp.request("POST", "/v1/completions", body,
+                                      {"Content-Type": "application/json"}))
+            assert conn.head().status == 200 and conn.first_chunk().startswith(b"data: ")
+            pid = procs.holder(int(port), conn.sock.getsockname()[1], everyone)
+            assert pid is not None
+            if pid in streams or len(streams) == 2:
+                conn.close()
+            else:
+                streams[pid] = conn
+            if len(streams) == 2:
+                break
+        assert len(streams) == 2
+        gw.popen.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # every process has the signal
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((host, int(port)), timeout=2).close()
+        for conn in streams.values():
+            rest = b"".join(conn.chunks_to_end())
+            assert rest.rstrip().endswith(b"data: [DONE]") and b'"error"' not in rest
         assert gw.popen.wait(15) == 0
     finally:
+        for conn in streams.values():
+            conn.close()
         gw.stop()
+    deadline = time.monotonic() + 10
+    while any(procs.alive(p) for p in everyone) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in everyone if procs.alive(p)]
+
+
+def test_a_gateway_killed_while_it_starts_leaves_no_process(tmp_path: Path) -> None:
+    """The parent SIGKILLed while its serving processes still start (an interpreter and its
+    imports): each asks to die with its parent (PR_SET_PDEATHSIG), but a parent already gone
+    sends nothing, so each checks its parent's pid after asking (prctl(2): "the caller should
+    check getppid()"). Before, they went on to serve the port, orphans."""
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(CONFIG)
+    gw = procs.Proc([sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--host",
+                     "127.0.0.1", "--port", str(procs.free_port())], tmp_path / "gateway.log")
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            seen |= set(procs.children_of(gw.pid))
+            if sum("spawn_main" in procs.cmdline(p) for p in seen) >= 2:
+                break
+            time.sleep(0.01)
+        gw.popen.kill()
+        gw.popen.wait(10)
+        deadline = time.monotonic() + 10
+        while any(procs.alive(p) for p in seen) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [p for p in seen if procs.alive(p)]
+    finally:
+        gw.stop()
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    assert len(seen) >= 2 and not left
 
 
 def test_workers_setting_and_flag() -> None:
@@ -180,3 +244,230 @@ workers: [{kind: simulator, model: demo, restart: never}]
         assert health_and_gauges(url, 12)[0] == {503}
     finally:
         gw.stop()
+
+
+# One gateway for the cases below: two serving processes, the stable keys an independent
+# suite sets, a managed worker (model `demo`) and a static upstream (model `static`).
+KEY = "sekret"
+LIMIT = 3  # server.max_concurrent_requests
+MSG = [{"role": "user", "content": "hello"}]
+SLOW = "hold [[sim tokens=300 itl_ms=100]]"  # 30 s unless closed
+
+
+class Gateway:
+    def __init__(self, proc: procs.Proc, url: str):
+        self.proc, self.url = proc, url
+        self.port = int(url.rsplit(":", 1)[1])
+
+    def serving(self) -> list[int]:
+        return [p for p in procs.children_of(self.proc.pid)
+                if "spawn_main" in procs.cmdline(p) and procs.alive(p)]
+
+    def hold(self) -> rawhttp.Conn:
+        """A stream kept open: one place taken until the connection closes."""
+        conn = rawhttp.Conn(("127.0.0.1", self.port), timeout=10)
+        body = json.dumps({"model": "demo", "prompt": SLOW, "max_tokens": 300, "stream": True})
+        conn.send(rawhttp.request("POST", "/v1/completions", body.encode(), {
+            "Content-Type": "application/json", "Authorization": f"Bearer {KEY}"}))
+        assert conn.head().status == 200 and conn.first_chunk().startswith(b"data: ")
+        return conn
+
+    def post(self, model: str = "demo") -> httpx.Response:
+        """A completion on a new connection (the kernel spreads those over the processes)."""
+        with httpx.Client(timeout=10) as client:
+            return client.post(self.url + "/v1/completions", headers={"x-api-key": KEY},
+                               json={"model": model, "prompt": "hi", "max_tokens": 2})
+
+    def until_at_rest(self) -> None:
+        """Until no request is in flight in any process (bounded)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            text = httpx.get(self.url + "/metrics", timeout=10).text
+            if sum(float(v) for v in re.findall(
+                    r"^gateway_requests_in_flight\{[^}]*\} (\S+)$", text, re.M)) == 0:
+                return
+            time.sleep(0.05)
+        raise AssertionError("requests still in flight")
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    tmp = tmp_path_factory.mktemp("processes")
+    sim, sim_url = procs.simulator(tmp, "--ttft-ms", "0", "--itl-ms", "0")
+    try:
+        proc, url = procs.gateway(tmp, f"""
+server: {{workers: 2, api_keys: [{KEY}], max_concurrent_requests: {LIMIT}, failover_attempts: 1}}
+default_model: demo
+models:
+  - {{name: demo, backend: vllm, aliases: [demo-alias], routing: least_request}}
+  - {{name: static, backend: vllm, upstreams: [{sim_url}], aliases: [st], routing: round_robin}}
+workers: [{{kind: simulator, model: demo, args: [--ttft-ms, "0", --itl-ms, "0"]}}]
+""")
+    except BaseException:
+        sim.stop()
+        raise
+    try:
+        yield Gateway(proc, url)
+    finally:
+        proc.stop()
+        sim.stop()
+
+
+def test_the_concurrency_limit_is_the_whole_gateways(gw: Gateway) -> None:
+    """`max_concurrent_requests` (SPEC.md: beyond it, 429 with Retry-After) holds for the
+    gateway, not each serving process: with LIMIT streams open, a request on any connection,
+    whichever process takes it, is refused. TGI, whose setting this is, counts one semaphore
+    for its whole server (text-generation-inference router/src/infer/mod.rs,
+    `limit_concurrent_requests`). Before, each process counted its own: the gateway took up
+    to twice the limit, and a request's refusal depended on the process it reached."""
+    holds = [gw.hold() for _ in range(LIMIT)]
+    try:
+        for _ in range(10):
+            refused = gw.post()
+            assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    finally:
+        for conn in holds:
+            conn.close()
+    gw.until_at_rest()
+    assert gw.post().status_code == 200
+
+
+def test_a_killed_serving_process_is_restarted_with_its_places_and_counts(gw: Gateway) -> None:
+    """SIGKILL to a serving process: the parent starts another on its socket (connections
+    that queued there meanwhile are served), the requests it had admitted no longer count
+    against the limit, and what it had counted stays in /metrics (prometheus_client's
+    multiprocess files outlive their process)."""
+    for _ in range(4):
+        assert gw.post().status_code == 200
+    served = served_total(httpx.get(gw.url + "/metrics", timeout=10).text)
+    before = gw.serving()
+    holds = [gw.hold() for _ in range(LIMIT)]
+    try:
+        victim = procs.holder(gw.port, holds[0].sock.getsockname()[1], before)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while (len(now := gw.serving()) < 2 or victim in now) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(now) == 2 and victim not in now
+    finally:
+        for conn in holds:
+            conn.close()
+    gw.until_at_rest()
+    statuses, _ = health_and_gauges(gw.url, 6)
+    assert statuses == {200}
+    holds = [gw.hold() for _ in range(LIMIT)]  # every place free again
+    for conn in holds:
+        conn.close()
+    gw.until_at_rest()
+    after = served_total(httpx.get(gw.url + "/metrics", timeout=10).text)
+    assert after >= served
+    for _ in range(6):
+        assert gw.post().status_code == 200
+    assert served_total(httpx.get(gw.url + "/metrics", timeout=10).text) == after + 6
+
+
+def _openai(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=20)
+
+
+def _es(url: str) -> Elasticsearch:
+    return Elasticsearch(url, api_key=KEY, max_retries=0, request_timeout=20)
+
+
+def _lmi(body: dict[str, object]) -> Callable[[str], object]:
+    def call(url: str) -> object:
+        resp = httpx.post(url + "/invocations", json=body, headers={"x-api-key": KEY},
+                          timeout=20)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+    return call
+
+
+def _tgi(url: str) -> Any:
+    import text_generation as tg  # installed by the test command (--no-deps)
+
+    return tg.Client(url, headers={"authorization": f"Bearer {KEY}"}, timeout=20)
+
+
+def _hf_chat_stream(hf: InferenceClient) -> str:
+    """(The client stays referenced while its stream is read: collected, it closes it.)"""
+    return "".join(c.choices[0].delta.content or ""
+                   for c in hf.chat_completion(MSG, max_tokens=3, stream=True))
+
+
+def _hf_stream(hf: InferenceClient) -> str:
+    return "".join(hf.text_generation("x", max_new_tokens=3, stream=True))
+
+
+SSE = {"accept": "text/event-stream", "content-type": "application/json"}
+CLIENTS: dict[str, Callable[[str], object]] = {
+    "openai-chat-alias": lambda u: _openai(u).chat.completions.create(
+        model="demo-alias", messages=MSG, max_tokens=3).choices[0].message.content,
+    "openai-chat-stream-static": lambda u: "".join(
+        c.choices[0].delta.content or "" for c in _openai(u).chat.completions.create(
+            model="static", messages=MSG, max_tokens=3, stream=True) if c.choices),
+    "openai-completions-static-alias": lambda u: _openai(u).completions.create(
+        model="st", prompt="x", max_tokens=3).choices[0].text,
+    "openai-completions-stream": lambda u: "".join(
+        c.choices[0].text for c in _openai(u).completions.create(
+            model="demo", prompt="x", max_tokens=3, stream=True) if c.choices),
+    "hf-chat-placeholder": lambda u: InferenceClient(base_url=u, api_key=KEY).chat_completion(
+        MSG, model="tgi", max_tokens=3).choices[0].message.content,
+    "hf-chat-stream": lambda u: _hf_chat_stream(InferenceClient(base_url=u, api_key=KEY)),
+    "hf-text-generation": lambda u: InferenceClient(base_url=u, api_key=KEY).text_generation(
+        "x", max_new_tokens=3),
+    "hf-text-generation-stream": lambda u: _hf_stream(InferenceClient(base_url=u, api_key=KEY)),
+    "text-generation": lambda u: _tgi(u).generate("x", max_new_tokens=3).generated_text,
+    "text-generation-stream": lambda u: "".join(
+        r.token.text for r in _tgi(u).generate_stream("x", max_new_tokens=3)),
+    "elastic-completion": lambda u: _es(u).inference.completion(
+        inference_id="static", input="x")["completion"][0]["result"],
+    "elastic-chat-stream-alias": lambda u: _es(u).perform_request(
+        "POST", "/_inference/chat_completion/demo-alias/_stream", headers=SSE,
+        body={"messages": MSG}).body,
+    "lmi-inputs": _lmi({"inputs": "x", "parameters": {"max_new_tokens": 3}}),
+    "lmi-messages": _lmi({"messages": MSG, "max_tokens": 3}),
+    "lmi-prompt": _lmi({"prompt": "x", "max_tokens": 3}),
+}
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # text-generation's pydantic calls
+@pytest.mark.parametrize("client", CLIENTS)
+def test_every_client_in_either_process(gw: Gateway, client: str) -> None:
+    """Each protocol through its real client, with a key, its model names (aliases, TGI's
+    placeholder `tgi`, none) resolved by whichever process each new connection reaches."""
+    for _ in range(4):
+        assert CLIENTS[client](gw.url)
+
+
+NO_KEY = [("/v1/chat/completions", {"model": "demo", "messages": MSG}, "error"),
+          ("/generate", {"inputs": "x"}, "error_type"),
+          ("/invocations", {"inputs": "x"}, "error"),
+          ("/_inference/completion/demo", {"input": "x"}, "status")]
+
+
+def test_no_key_is_refused_by_each_process_in_each_protocol(gw: Gateway) -> None:
+    """SPEC.md server.api_keys: without one, 401 in the protocol's own error body."""
+    for _ in range(4):
+        for path, body, field in NO_KEY:
+            resp = httpx.post(gw.url + path, json=body, timeout=10)
+            assert resp.status_code == 401 and field in resp.json(), (path, resp.text)
+
+
+def test_a_managed_worker_killed_is_used_again_by_every_process(gw: Gateway) -> None:
+    """The parent restarts its managed worker (SPEC.md: restarted with backoff when it
+    dies); every serving process routes to it again: /health 200 and requests served on
+    connections that reach either process."""
+    sims = [p for p in procs.children_of(gw.proc.pid) if "simulator" in procs.cmdline(p)]
+    assert len(sims) == 1
+    os.kill(sims[0], signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        now = [p for p in procs.children_of(gw.proc.pid) if "simulator" in procs.cmdline(p)
+               and procs.alive(p)]
+        if now and now != sims and health_and_gauges(gw.url, 6)[0] == {200}:
+            break
+        time.sleep(0.05)
+    assert now and now != sims
+    assert [gw.post().status_code for _ in range(8)] == [200] * 8
