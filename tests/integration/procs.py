@@ -149,3 +149,17 @@ def status(pid: int, field: str) -> str:
         if name == field:
             return value.strip()
     raise KeyError(field)
+
+
+def refused_within(host: str, port: int, seconds: float) -> bool:
+    """Whether connecting to (host, port) is refused within `seconds` (a connection still
+    accepted meanwhile is closed at once): the listening sockets closed, however loaded the
+    machine that delivers the signal."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+        except ConnectionRefusedError:
+            return True
+        time.sleep(0.05)
+    return False
