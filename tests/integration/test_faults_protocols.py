@@ -279,13 +279,20 @@ def small_gw(tmp_path_factory: pytest.TempPathFactory, sim: str) -> Iterator[str
 
 def test_past_max_concurrent_requests_every_protocol_gets_429_with_retry_after(
         small_gw: str) -> None:
-    body = orjson.dumps(_chat("demo")("[[sim ttft_ms=3000]] hold", False))
-    holders = [threading.Thread(target=httpx.post, args=(small_gw + "/v1/chat/completions",),
-                                kwargs={"content": body, "timeout": TIMEOUT}) for _ in range(2)]
-    for t in holders:
-        t.start()
-    time.sleep(0.5)  # both slots taken
+    """Two requests that wait on their worker's first token hold both places (seen in the
+    in-flight gauge, not assumed after a sleep) for as long as every protocol is asked; they
+    end when their clients close."""
+    body = orjson.dumps(_chat("demo")("[[sim ttft_ms=60000]] hold", False))
+    host, port = small_gw.removeprefix("http://").split(":")
+    holders = []
     try:
+        for _ in range(2):
+            sock = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+            holders.append(sock)
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                         b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                         % (len(body), body))
+        assert _in_flight_within(small_gw, 2, TIMEOUT)  # both places taken
         for name, proto in PROTOS.items():
             resp = post(small_gw, proto, MSG, not proto.never_streams)
             assert resp.headers.get("retry-after"), name
@@ -293,8 +300,22 @@ def test_past_max_concurrent_requests_every_protocol_gets_429_with_retry_after(
             assert "too many requests" in check_error_body(proto, resp, 429) or (
                 proto.shape == "tgi" and "overloaded" in resp.text), (name, resp.text)
     finally:
-        for t in holders:
-            t.join(TIMEOUT)
+        for sock in holders:
+            sock.close()
+    assert _in_flight_within(small_gw, 0, TIMEOUT)  # the places are given back
+
+
+def _in_flight_within(url: str, n: int, seconds: float) -> bool:
+    """Whether the gateway's requests in flight reach `n` within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        text = httpx.get(url + "/metrics", timeout=TIMEOUT).text
+        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith("gateway_requests_in_flight{")]
+        if sum(values) == n:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 @pytest.mark.parametrize("name", STREAMING)
