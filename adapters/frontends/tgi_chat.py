@@ -66,7 +66,7 @@ def chat_request(data: dict[str, Any]) -> canonical.InferenceRequest:
         # Values TGI takes beyond OpenAI's ranges (a temperature above 2, a presence penalty
         # above 2): TGI's checks passed, OpenAI's are skipped for them.
         wide = {k: out.pop(k) for k in ("temperature", "presence_penalty")
-                if checked and k in out}
+                if checked and _number(out.get(k))}  # anything else: OpenAI's reading refuses
         req = openai_parse.chat_request(out)
     except errors.RequestError as exc:
         exc.add_note(REFUSED_STREAM if data.get("stream") is True else REFUSED)

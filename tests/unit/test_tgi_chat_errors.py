@@ -59,6 +59,14 @@ def test_what_tgi_takes_beyond_openais_ranges_is_taken() -> None:
     assert tgi_chat.chat_request({"messages": MSG, "temperature": 0}).sampling.temperature == 0
 
 
+@pytest.mark.parametrize("value", [[], {}, [1.0]])
+def test_a_presence_penalty_tgi_would_not_read_is_refused_not_a_bug(value: object) -> None:
+    """A presence_penalty that is no number is left to the OpenAI reading, which refuses it
+    (hypothesis found `[]` taken as TGI's wider range and passed to float(): a TypeError)."""
+    with pytest.raises(errors.InvalidRequest):
+        tgi_chat.chat_request({"messages": MSG, "presence_penalty": value})
+
+
 def test_a_refusal_is_tgis_422_error_response() -> None:
     """server.rs chat_completions without streaming: `generate_internal(...).await?` answers
     the InferError's (422, ErrorResponse)."""
