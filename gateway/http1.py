@@ -53,6 +53,7 @@ class Connection(asyncio.Protocol):
         self.complete = False
         self.keep_alive = False
         self.framed = False  # a content-length or transfer-encoding header came
+        self.interim = False  # a 1xx head is being parsed
         self.error: str | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.paused = False
@@ -93,7 +94,14 @@ class Connection(asyncio.Protocol):
             self.framed = True
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:
+            # an interim answer (100 Continue, 103 Early Hints): the final one follows on the
+            # same connection and is the answer (RFC 9110 section 15.2); its fields are dropped
+            self.interim = True
+            self.framed = False
+            return
+        self.status = status
         if not self.head.done():
             self.head.set_result(None)
 
@@ -110,6 +118,9 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self.interim:  # the end of an interim answer's head: the final one comes next
+            self.interim = False
+            return
         self.keep_alive = self.parser.should_keep_alive()  # reset once this callback returns
         self.complete = True
         self._wake()
@@ -185,6 +196,7 @@ class Connection(asyncio.Protocol):
         self.complete = False
         self.keep_alive = False
         self.framed = False
+        self.interim = False
         self.used += 1
         if self.paused and self.transport is not None:  # a relay ended with reading paused
             self.paused = False

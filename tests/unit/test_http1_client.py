@@ -171,6 +171,32 @@ async def test_chunked_body_read_as_it_arrives() -> None:
         await client.aclose()
 
 
+@pytest.mark.parametrize("interim", [
+    b"HTTP/1.1 100 Continue\r\n\r\n",
+    b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n"])
+async def test_an_interim_answer_is_skipped_and_the_final_status_wins(interim: bytes) -> None:
+    """RFC 9110 section 15.2: a 1xx is interim, the final answer follows on the connection
+    (a proxy in front of a worker forwards a 100 Continue; 103 Early Hints, RFC 8297). It was
+    taken for the answer: status 103 and an empty body, the real one left on the wire."""
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        for _ in range(2):
+            await read_request(r)
+            for part in (interim, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", b"ok"):
+                w.write(part)
+                await w.drain()
+                await asyncio.sleep(0.02)  # each part its own read
+
+    srv = Server(handler)
+    async with srv as url:
+        client = http1.Http1Client(2.0)
+        for _ in range(2):  # and the connection stays in step for the next request
+            resp = await client.send(post(url))
+            assert (resp.status, await resp.read()) == (200, b"ok")
+            await resp.aclose()
+        await client.aclose()
+    assert srv.connections == 1
+
+
 async def test_unfinished_body_closed_and_cancelled_request_close_the_connection() -> None:
     srv: Server
 
