@@ -189,6 +189,8 @@ class Connection(asyncio.Protocol):
         if (self._head_size > MAX_HEAD_BYTES or size > MAX_FIELD_BYTES
                 or len(self._headers) >= MAX_HEADERS):
             raise _Refused(431, "Request header fields too large")
+        if self.parsing is not None:
+            return  # a chunked body's trailer field: never merged into the head (RFC 9110 6.5.1)
         low = name.lower()
         if low == b"host":
             self._hosts += 1
