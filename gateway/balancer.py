@@ -60,7 +60,7 @@ class Listener(Protocol):
 
     def restored(self, model: str, url: str) -> None: ...
 
-    def probe_changed(self, model: str, url: str, ok: bool) -> None: ...
+    def probe_changed(self, model: str, url: str, ok: bool, why: str = "") -> None: ...
 
 
 class Quiet:
@@ -72,7 +72,7 @@ class Quiet:
     def restored(self, model: str, url: str) -> None:
         return None
 
-    def probe_changed(self, model: str, url: str, ok: bool) -> None:
+    def probe_changed(self, model: str, url: str, ok: bool, why: str = "") -> None:
         return None
 
 
@@ -308,14 +308,15 @@ class Upstreams:
             return False
         return self._eject(url, h, h.backoff * 2)  # twice as long if no request succeeded since
 
-    def probed(self, url: str, ok: bool) -> None:
-        """An active probe's verdict; once the backoff is over it stands for the trial."""
+    def probed(self, url: str, ok: bool, why: str = "") -> None:
+        """An active probe's verdict (`why`: what failed); once the backoff is over it stands
+        for the trial."""
         h = self.health.get(url)
         if h is None:
             return
         changed = h.probe_ok != ok
         if changed and (h.probe_ok is not None or not ok):
-            self.listener.probe_changed(self.model, url, ok)
+            self.listener.probe_changed(self.model, url, ok, why)
         h.probe_ok = ok
         if h.ejected_until and h.ejected_until <= self.clock():
             if ok:

@@ -375,6 +375,9 @@ class Http1Client:
         self.idle[conn.origin].append(conn)
 
     async def probe(self, url: str, timeout: float) -> int:
+        return (await self.check(url, timeout))[0]
+
+    async def check(self, url: str, timeout: float) -> tuple[int, str]:
         try:
             async with asyncio.timeout(timeout):
                 resp = await self.send(base.UpstreamRequest("GET", url, b""))
@@ -382,9 +385,11 @@ class Http1Client:
                     await resp.read()
                 finally:
                     await resp.aclose()
-                return resp.status
-        except (errors.GatewayError, TimeoutError):
-            return 0
+                return resp.status, ""
+        except errors.GatewayError as exc:
+            return 0, exc.detail or exc.message
+        except TimeoutError as exc:
+            return 0, upstream.failure(exc, timeout)
 
     async def aclose(self) -> None:
         for conns in self.idle.values():
