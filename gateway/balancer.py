@@ -118,6 +118,9 @@ class Upstreams:
         self._counter = itertools.count()
         self._all: list[str] = []
         self._static_all: list[str] = []
+        # an address a DNS name was expanded to -> that name's authority (`name:port`): the
+        # Host its requests name (gateway.resolver)
+        self.hosts: dict[str, str] = {}
         self.policy = policy
         self.settings = health or config.HealthConfig()
         self.health: dict[str, Health] = {}
@@ -172,10 +175,14 @@ class Upstreams:
 
     def _rebuild(self) -> None:
         out: list[str] = []
+        hosts: dict[str, str] = {}
         for url in self._static:
             for u in self._resolved.get(url) or [url]:
                 if u not in out:
                     out.append(u)
+                    if u != url:
+                        hosts[u] = urlsplit(url).netloc.rpartition("@")[2]
+        self.hosts = hosts
         self._static_all = list(out)
         self._all = out + [u for u in self._managed if u not in out]
         # managed workers come in gated by their supervisor's probe; static ones await theirs

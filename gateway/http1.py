@@ -321,8 +321,10 @@ class Http1Client:
         return known
 
     async def send(self, req: base.UpstreamRequest) -> Http1Response:
-        origin, path, host = self.target(req.url)
-        head = [b"%s %s HTTP/1.1\r\n" % (req.method.encode(), path), host]
+        origin, path, lines = self.target(req.url)
+        if "host" in req.headers:  # an address a DNS name stands for: the name's (resolver)
+            lines = lines[lines.index(b"\n") + 1:]  # the URL's Host line is the first
+        head = [b"%s %s HTTP/1.1\r\n" % (req.method.encode(), path), lines]
         # latin-1: what the gateway passes on from its client (x-request-id, traceparent) was
         # read as latin-1, so the worker gets the client's bytes (RFC 9110 section 5.5)
         head += [f"{k}: {v}\r\n".encode("latin-1") for k, v in req.headers.items()]
@@ -377,10 +379,12 @@ class Http1Client:
     async def probe(self, url: str, timeout: float) -> int:
         return (await self.check(url, timeout))[0]
 
-    async def check(self, url: str, timeout: float) -> tuple[int, str]:
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
         try:
             async with asyncio.timeout(timeout):
-                resp = await self.send(base.UpstreamRequest("GET", url, b""))
+                resp = await self.send(base.UpstreamRequest(
+                    "GET", url, b"", {"host": host} if host else {}))
                 try:
                     await resp.read()
                 finally:

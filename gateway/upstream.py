@@ -60,9 +60,11 @@ class UpstreamClient(Protocol):
         """GET a health URL; its status, or 0 when nothing answered."""
         ...
 
-    async def check(self, url: str, timeout: float) -> tuple[int, str]:
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
         """`probe` and why nothing answered (refused, a certificate not trusted, no answer in
-        time): what the `upstream_probe` log line says of a worker found down."""
+        time): what the `upstream_probe` log line says of a worker found down. `host`: the
+        Host to name instead of the URL's (an address a DNS name was expanded to)."""
         ...
 
     async def aclose(self) -> None: ...
@@ -144,10 +146,12 @@ class AiohttpClient:
     async def probe(self, url: str, timeout: float) -> int:
         return (await self.check(url, timeout))[0]
 
-    async def check(self, url: str, timeout: float) -> tuple[int, str]:
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
         try:
             async with self._session.get(
-                    url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                    url, timeout=aiohttp.ClientTimeout(total=timeout),
+                    headers={"host": host} if host else None) as resp:
                 return resp.status, ""
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return 0, failure(exc, timeout)
@@ -197,9 +201,12 @@ class HttpxClient:
     async def probe(self, url: str, timeout: float) -> int:
         return (await self.check(url, timeout))[0]
 
-    async def check(self, url: str, timeout: float) -> tuple[int, str]:
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
         try:
-            return (await self._client.get(url, timeout=timeout)).status_code, ""
+            return (await self._client.get(url, timeout=timeout,
+                                           headers={"host": host} if host else None)
+                    ).status_code, ""
         except (httpx.HTTPError, OSError) as exc:
             return 0, failure(exc, timeout)
 

@@ -127,6 +127,29 @@ async def test_a_clients_request_id_reaches_the_worker_byte_for_byte() -> None:
 
 
 
+async def test_a_host_header_given_replaces_the_urls_host() -> None:
+    """An address a DNS name was expanded to is asked with the name's Host (gateway.resolver):
+    one Host line, the name's, never a second one (RFC 9112 section 3.2: a request with more
+    than one Host is a 400)."""
+    heads: list[bytes] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        heads.append(await read_request(r))
+        w.write(OK)
+        await w.drain()
+
+    async with Server(handler) as url:
+        client = http1.Http1Client(2.0)
+        req = post(url)
+        req.headers["host"] = "vllm.internal:8000"
+        resp = await client.send(req)
+        assert await resp.read() == b"ok"
+        await resp.aclose()
+        await client.aclose()
+    hosts = [line for line in heads[0].split(b"\r\n") if line.lower().startswith(b"host:")]
+    assert hosts == [b"host: vllm.internal:8000"]
+
+
 async def test_userinfo_is_basic_credentials_to_that_worker_never_part_of_host() -> None:
     """RFC 9110 section 7.2: Host is uri-host and port; 4.2.4: a sender MUST NOT put userinfo
     in a field value. A base URL's `user:pass@` is sent as Basic credentials (RFC 7617), as

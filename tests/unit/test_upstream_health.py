@@ -358,7 +358,8 @@ def test_dns_expanded_addresses_are_the_ones_probed_and_managed_workers_are_not(
     seen: list[str] = []
 
     class Client:
-        async def check(self, url: str, timeout: float) -> tuple[int, str]:
+        async def check(self, url: str, timeout: float,
+                        host: str | None = None) -> tuple[int, str]:
             seen.append(url)
             return (503 if "10.1.0.2" in url else 200), ""
 
