@@ -189,14 +189,10 @@ class Connection(asyncio.Protocol):
 
     def prepare(self) -> None:
         """Ready for the next request on this connection."""
-        self.status = 0
+        self.status = self.buffered = 0
         self.head = asyncio.get_running_loop().create_future()
         self.chunks.clear()
-        self.buffered = 0
-        self.complete = False
-        self.keep_alive = False
-        self.framed = False
-        self.interim = False
+        self.complete = self.keep_alive = self.framed = self.interim = False
         self.used += 1
         if self.paused and self.transport is not None:  # a relay ended with reading paused
             self.paused = False
@@ -388,8 +384,8 @@ class Http1Client:
                 try:
                     await resp.read()
                 finally:
-                    await resp.aclose()
-                return resp.status, ""
+                    resp.close_now()
+            return resp.status, ""
         except errors.GatewayError as exc:
             return 0, exc.detail or exc.message
         except TimeoutError as exc:
