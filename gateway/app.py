@@ -236,5 +236,9 @@ class _Unstarted:
     async def probe(self, url: str, timeout: float) -> int:
         return 0
 
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
+        return 0, "the gateway's lifespan has not started"
+
     async def aclose(self) -> None:
         return None

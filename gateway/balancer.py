@@ -60,7 +60,7 @@ class Listener(Protocol):
 
     def restored(self, model: str, url: str) -> None: ...
 
-    def probe_changed(self, model: str, url: str, ok: bool) -> None: ...
+    def probe_changed(self, model: str, url: str, ok: bool, why: str = "") -> None: ...
 
 
 class Quiet:
@@ -72,7 +72,7 @@ class Quiet:
     def restored(self, model: str, url: str) -> None:
         return None
 
-    def probe_changed(self, model: str, url: str, ok: bool) -> None:
+    def probe_changed(self, model: str, url: str, ok: bool, why: str = "") -> None:
         return None
 
 
@@ -118,6 +118,9 @@ class Upstreams:
         self._counter = itertools.count()
         self._all: list[str] = []
         self._static_all: list[str] = []
+        # an address a DNS name was expanded to -> that name's authority (`name:port`): the
+        # Host its requests name (gateway.resolver)
+        self.hosts: dict[str, str] = {}
         self.policy = policy
         self.settings = health or config.HealthConfig()
         self.health: dict[str, Health] = {}
@@ -172,10 +175,14 @@ class Upstreams:
 
     def _rebuild(self) -> None:
         out: list[str] = []
+        hosts: dict[str, str] = {}
         for url in self._static:
             for u in self._resolved.get(url) or [url]:
                 if u not in out:
                     out.append(u)
+                    if u != url:
+                        hosts[u] = urlsplit(url).netloc.rpartition("@")[2]
+        self.hosts = hosts
         self._static_all = list(out)
         self._all = out + [u for u in self._managed if u not in out]
         # managed workers come in gated by their supervisor's probe; static ones await theirs
@@ -308,14 +315,15 @@ class Upstreams:
             return False
         return self._eject(url, h, h.backoff * 2)  # twice as long if no request succeeded since
 
-    def probed(self, url: str, ok: bool) -> None:
-        """An active probe's verdict; once the backoff is over it stands for the trial."""
+    def probed(self, url: str, ok: bool, why: str = "") -> None:
+        """An active probe's verdict (`why`: what failed); once the backoff is over it stands
+        for the trial."""
         h = self.health.get(url)
         if h is None:
             return
         changed = h.probe_ok != ok
         if changed and (h.probe_ok is not None or not ok):
-            self.listener.probe_changed(self.model, url, ok)
+            self.listener.probe_changed(self.model, url, ok, why)
         h.probe_ok = ok
         if h.ejected_until and h.ejected_until <= self.clock():
             if ok:

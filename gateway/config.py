@@ -49,7 +49,12 @@ def _base_url(url: str) -> str:
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         # the worker's route is appended to the base URL: `?x=1` would end up before it
         raise ValueError(f"{_shown(url)!r}: a base URL takes no query or fragment")
-    return url.rstrip("/")
+    url = url.rstrip("/")
+    # The worker's routes carry their API version (`/v1/chat/completions`, `/v1/models`,
+    # TGI's `/generate` beside its `/v1/chat/completions`), appended to the base URL; the
+    # OpenAI convention (vLLM's and TGI's docs, the openai SDK's `base_url`) writes the base
+    # with `/v1`, which would give `/v1/v1/...`: 404 on every request and health probe.
+    return url.removesuffix("/v1") if parts.path.rstrip("/").endswith("/v1") else url
 
 
 def _shown(url: str) -> str:

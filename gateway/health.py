@@ -28,10 +28,15 @@ async def probe(client: upstream.UpstreamClient, ups: balancer.Upstreams, path: 
                 timeout: float, urls: list[str] | None = None) -> None:
     """One pass over the static upstreams (or `urls`); a change of verdict is reported."""
     urls = list(ups.static) if urls is None else urls
-    codes = await asyncio.gather(*(client.probe(u + path, timeout) for u in urls),
+    found = await asyncio.gather(*(client.check(u + path, timeout, ups.hosts.get(u))
+                                   for u in urls),
                                  return_exceptions=True)  # a client bug is a failed probe
-    for url, code in zip(urls, codes, strict=True):
-        ups.probed(url, code == 200)
+    for url, got in zip(urls, found, strict=True):
+        if isinstance(got, BaseException):
+            ups.probed(url, False, f"{type(got).__name__}: {got}")
+        else:
+            status, why = got
+            ups.probed(url, status == 200, why or f"GET {path}: HTTP {status}")
 
 
 def gauge_sum(text: str, names: Iterable[str]) -> float | None:
@@ -60,7 +65,8 @@ async def scrape(client: upstream.UpstreamClient, ups: balancer.Upstreams,
     """Read every upstream's queue: waiting requests plus the KV cache in use (a full cache
     counts as one more request waiting). A worker that does not answer keeps its last value."""
     async def one(url: str) -> None:
-        req = base.UpstreamRequest("GET", url + gauges.path, b"")
+        host = ups.hosts.get(url)
+        req = base.UpstreamRequest("GET", url + gauges.path, b"", {"host": host} if host else {})
         try:
             async with asyncio.timeout(timeout):
                 resp = await client.send(req)

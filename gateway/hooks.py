@@ -22,12 +22,16 @@ def restored(model: str, url: str) -> None:
                                 upstream=upstream.shown(url))
 
 
-def probe_changed(model: str, url: str, ok: bool) -> None:
-    """An active probe found an upstream up or down (only changes are reported)."""
+def probe_changed(model: str, url: str, ok: bool, why: str = "") -> None:
+    """An active probe found an upstream up or down (only changes are reported); a down one
+    says why (refused, a certificate not trusted, the health route's status)."""
     (metrics.restored if ok else metrics.ejected)(model, url)
     log = observability.logger()
-    (log.info if ok else log.warning)("upstream_probe", model=model, upstream=upstream.shown(url),
-                                      healthy=ok)
+    if ok:
+        log.info("upstream_probe", model=model, upstream=upstream.shown(url), healthy=True)
+    else:
+        log.warning("upstream_probe", model=model, upstream=upstream.shown(url), healthy=False,
+                    error=why)
 
 
 def failover(model: str, failed: str, to: str | None, tokens_so_far: int) -> None:

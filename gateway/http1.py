@@ -53,6 +53,7 @@ class Connection(asyncio.Protocol):
         self.complete = False
         self.keep_alive = False
         self.framed = False  # a content-length or transfer-encoding header came
+        self.interim = False  # a 1xx head is being parsed
         self.error: str | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.paused = False
@@ -93,7 +94,14 @@ class Connection(asyncio.Protocol):
             self.framed = True
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:
+            # an interim answer (100 Continue, 103 Early Hints): the final one follows on the
+            # same connection and is the answer (RFC 9110 section 15.2); its fields are dropped
+            self.interim = True
+            self.framed = False
+            return
+        self.status = status
         if not self.head.done():
             self.head.set_result(None)
 
@@ -110,6 +118,9 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self.interim:  # the end of an interim answer's head: the final one comes next
+            self.interim = False
+            return
         self.keep_alive = self.parser.should_keep_alive()  # reset once this callback returns
         self.complete = True
         self._wake()
@@ -178,13 +189,10 @@ class Connection(asyncio.Protocol):
 
     def prepare(self) -> None:
         """Ready for the next request on this connection."""
-        self.status = 0
+        self.status = self.buffered = 0
         self.head = asyncio.get_running_loop().create_future()
         self.chunks.clear()
-        self.buffered = 0
-        self.complete = False
-        self.keep_alive = False
-        self.framed = False
+        self.complete = self.keep_alive = self.framed = self.interim = False
         self.used += 1
         if self.paused and self.transport is not None:  # a relay ended with reading paused
             self.paused = False
@@ -309,8 +317,10 @@ class Http1Client:
         return known
 
     async def send(self, req: base.UpstreamRequest) -> Http1Response:
-        origin, path, host = self.target(req.url)
-        head = [b"%s %s HTTP/1.1\r\n" % (req.method.encode(), path), host]
+        origin, path, lines = self.target(req.url)
+        if "host" in req.headers:  # an address a DNS name stands for: the name's (resolver)
+            lines = lines[lines.index(b"\n") + 1:]  # the URL's Host line is the first
+        head = [b"%s %s HTTP/1.1\r\n" % (req.method.encode(), path), lines]
         # latin-1: what the gateway passes on from its client (x-request-id, traceparent) was
         # read as latin-1, so the worker gets the client's bytes (RFC 9110 section 5.5)
         head += [f"{k}: {v}\r\n".encode("latin-1") for k, v in req.headers.items()]
@@ -363,16 +373,23 @@ class Http1Client:
         self.idle[conn.origin].append(conn)
 
     async def probe(self, url: str, timeout: float) -> int:
+        return (await self.check(url, timeout))[0]
+
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
         try:
             async with asyncio.timeout(timeout):
-                resp = await self.send(base.UpstreamRequest("GET", url, b""))
+                resp = await self.send(base.UpstreamRequest(
+                    "GET", url, b"", {"host": host} if host else {}))
                 try:
                     await resp.read()
                 finally:
-                    await resp.aclose()
-                return resp.status
-        except (errors.GatewayError, TimeoutError):
-            return 0
+                    resp.close_now()
+            return resp.status, ""
+        except errors.GatewayError as exc:
+            return 0, exc.detail or exc.message
+        except TimeoutError as exc:
+            return 0, upstream.failure(exc, timeout)
 
     async def aclose(self) -> None:
         for conns in self.idle.values():

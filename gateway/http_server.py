@@ -18,7 +18,9 @@ fields, a 408 for a head not in within `timeouts.request_read`, an idle keep-ali
 closed after `timeouts.keep_alive`, and writes that wait for a slow reader (transport flow
 control) instead of buffering without bound. Nothing after a request that ends the connection
 is read as a request (RFC 9112 section 9.6), and bytes that do not parse never cut an answer
-under way: it is finished first, then the 400.
+under way: it is finished first, then the 400. The end of the client's bytes (a FIN: a close,
+or only `shutdown(SHUT_WR)`, which TCP cannot tell apart) is the client gone: its answer is
+dropped and the worker aborted at once (SPEC.md), as uvicorn, nginx and hyper's default do.
 """
 
 from __future__ import annotations
@@ -189,6 +191,8 @@ class Connection(asyncio.Protocol):
         if (self._head_size > MAX_HEAD_BYTES or size > MAX_FIELD_BYTES
                 or len(self._headers) >= MAX_HEADERS):
             raise _Refused(431, "Request header fields too large")
+        if self.parsing is not None:
+            return  # a chunked body's trailer field: never merged into the head (RFC 9110 6.5.1)
         low = name.lower()
         if low == b"host":
             self._hosts += 1

@@ -173,6 +173,8 @@ class Pipeline:
         route, req, note = job.route, job.req, job.note
         ureq = route.backend.build(req, base.Target(url, route.upstream_model, route.options))
         ureq.headers["x-request-id"] = job.request_id
+        if (host := route.upstreams.hosts.get(url)) is not None:
+            ureq.headers["host"] = host  # an address its DNS name stands for: the name's Host
         if note.observer is not None:
             ureq.headers.update(note.observer.begin(url))
         # A stream's first byte comes after queueing and prefill; a body's after its whole

@@ -60,7 +60,21 @@ class UpstreamClient(Protocol):
         """GET a health URL; its status, or 0 when nothing answered."""
         ...
 
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
+        """`probe` and why nothing answered (refused, a certificate not trusted, no answer in
+        time): what the `upstream_probe` log line says of a worker found down. `host`: the
+        Host to name instead of the URL's (an address a DNS name was expanded to)."""
+        ...
+
     async def aclose(self) -> None: ...
+
+
+def failure(exc: BaseException, timeout: float) -> str:
+    """A probe's failure in words: the exception's type and text, or the time it waited."""
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return f"no answer within {timeout:g}s"
+    return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 
 UNREACHABLE = "the model's workers could not be reached"
@@ -130,12 +144,17 @@ class AiohttpClient:
         return AiohttpResponse(resp)
 
     async def probe(self, url: str, timeout: float) -> int:
+        return (await self.check(url, timeout))[0]
+
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
         try:
             async with self._session.get(
-                    url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-                return resp.status
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            return 0
+                    url, timeout=aiohttp.ClientTimeout(total=timeout),
+                    headers={"host": host} if host else None) as resp:
+                return resp.status, ""
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            return 0, failure(exc, timeout)
 
     async def aclose(self) -> None:
         await self._session.close()
@@ -180,10 +199,16 @@ class HttpxClient:
         return HttpxResponse(resp)
 
     async def probe(self, url: str, timeout: float) -> int:
+        return (await self.check(url, timeout))[0]
+
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
         try:
-            return (await self._client.get(url, timeout=timeout)).status_code
-        except (httpx.HTTPError, OSError):
-            return 0
+            return (await self._client.get(url, timeout=timeout,
+                                           headers={"host": host} if host else None)
+                    ).status_code, ""
+        except (httpx.HTTPError, OSError) as exc:
+            return 0, failure(exc, timeout)
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -3,7 +3,9 @@ disconnecting mid-stream, and the embedded default (`gateway serve` with no conf
 
 from __future__ import annotations
 
+import json
 import signal
+import socket
 import time
 from collections.abc import Iterator
 
@@ -94,6 +96,31 @@ def test_client_disconnect_closes_the_worker_connection_within_a_second(gw: str,
         time.sleep(0.02)
     assert stats["aborted"] >= 1, stats
     assert stats["last_abort_at"] - closed_at < 1.0
+    assert stats["active"] == 0
+
+
+def test_a_client_gone_while_its_whole_answer_is_prefilled_aborts_the_worker(
+        gw: str, sim: str) -> None:
+    """SPEC.md (Reliability): a client that disconnects closes the upstream request at once,
+    even before the first byte of its answer. TCP cannot tell a closed client from one that
+    only shut its write side (`shutdown(SHUT_WR)`): the server takes the end of the request
+    stream as the client gone, as uvicorn, nginx (`proxy_ignore_client_abort off`) and hyper
+    (`http1_half_close` off by default) do, and keeps the worker's GPU free."""
+    httpx.post(sim + "/_sim/reset", timeout=5)
+    body = {"model": "single", "max_tokens": 8,
+            "messages": [{"role": "user", "content": "[[sim ttft_ms=20000]]"}]}
+    host, port = gw.removeprefix("http://").split(":")
+    with rawhttp.Conn((host, int(port))) as c:
+        c.send(rawhttp.request("POST", "/v1/chat/completions", json.dumps(body).encode()))
+        deadline = time.monotonic() + 5
+        while httpx.get(sim + "/_sim/stats", timeout=2).json()["active"] < 1:
+            assert time.monotonic() < deadline, "the request never reached the worker"
+            time.sleep(0.02)
+        c.sock.shutdown(socket.SHUT_WR)  # the end of what the client sends; then gone
+    deadline = time.monotonic() + 5
+    while (stats := httpx.get(sim + "/_sim/stats", timeout=2).json())["aborted"] < 1:
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.02)
     assert stats["active"] == 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import balancer, resolver
+from gateway import balancer, health, resolver
 
 
 def test_round_robin_starts_on_each_upstream_in_turn() -> None:
@@ -66,3 +66,30 @@ def test_an_expanded_name_keeps_its_port_and_credentials() -> None:
     assert resolver.expand("http://u:p@workers:8000", ["10.0.0.1", "fd00::2"]) == [
         "http://u:p@10.0.0.1:8000", "http://u:p@[fd00::2]:8000"]
     assert resolver.expand("http://workers", ["10.0.0.1"]) == ["http://10.0.0.1"]
+
+
+@pytest.mark.anyio
+async def test_an_expanded_address_is_asked_with_its_names_host() -> None:
+    """Each address a DNS name expands to is asked with the name as Host (RFC 9110 section
+    7.2: Host is the target URI's authority), as nginx's `proxy_pass http://name` and curl's
+    `--resolve` send it: a name-based ingress or proxy in front of the workers routes by it,
+    and answered every request (and probe) naming the bare address with a 404."""
+    async def find(host: str, port: int) -> list[str]:
+        return ["10.0.0.5", "fd00::7"] if host == "vllm.internal" else []
+
+    ups = balancer.Upstreams(("http://u:p@vllm.internal:8000", "http://10.9.9.9:8000"))
+    await resolver.refresh([ups], find)
+    assert ups.hosts == {"http://u:p@10.0.0.5:8000": "vllm.internal:8000",
+                         "http://u:p@[fd00::7]:8000": "vllm.internal:8000"}
+    seen: list[tuple[str, str | None]] = []
+
+    class Client:
+        async def check(self, url: str, timeout: float,
+                        host: str | None = None) -> tuple[int, str]:
+            seen.append((url, host))
+            return 200, ""
+
+    await health.probe(Client(), ups, "/health", 1.0)  # type: ignore[arg-type]
+    assert sorted(seen, key=str) == [("http://10.9.9.9:8000/health", None),
+                                     ("http://u:p@10.0.0.5:8000/health", "vllm.internal:8000"),
+                                     ("http://u:p@[fd00::7]:8000/health", "vllm.internal:8000")]

@@ -211,11 +211,22 @@ def test_check_config_reports_ten_mistakes_in_one_run(
     assert all(line.startswith(f"{bad}: ") and line.count(str(bad)) == 1 for line in lines)
 
 
-@pytest.mark.parametrize("url", ["http://h", "https://h:1", "http://10.0.0.5:65535/v1",
-                                 "http://[::1]:8000"])
+@pytest.mark.parametrize("url", ["http://h", "https://h:1", "http://10.0.0.5:65535/v1-proxy",
+                                 "http://[::1]:8000", "http://u:p@h:8000/openai"])
 def test_good_upstream_urls(url: str) -> None:
     cfg = config.ModelConfig.model_validate({"name": "a", "upstreams": [url + "/"]})
     assert cfg.upstreams == (url,)
+
+
+@pytest.mark.parametrize("url", ["http://h:8000/v1", "http://h:8000/v1/",
+                                 "https://api.example.com/openai/v1"])
+def test_a_base_url_written_with_v1_as_openai_clients_write_it_is_its_root(url: str) -> None:
+    """The backends append versioned routes (`/v1/chat/completions`, `/v1/models`); vLLM's
+    docs (docs/serving/openai_compatible_server.md) give the server's base URL as
+    `http://localhost:8000/v1`, the openai SDK's `base_url` form, and a base written so was
+    sent `/v1/v1/chat/completions`: a 404 for every request and health probe."""
+    cfg = config.ModelConfig.model_validate({"name": "a", "upstreams": [url]})
+    assert cfg.upstreams == (url.rstrip("/").removesuffix("/v1"),)
 
 
 @pytest.mark.parametrize(("url", "why"), [

@@ -127,6 +127,29 @@ async def test_a_clients_request_id_reaches_the_worker_byte_for_byte() -> None:
 
 
 
+async def test_a_host_header_given_replaces_the_urls_host() -> None:
+    """An address a DNS name was expanded to is asked with the name's Host (gateway.resolver):
+    one Host line, the name's, never a second one (RFC 9112 section 3.2: a request with more
+    than one Host is a 400)."""
+    heads: list[bytes] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        heads.append(await read_request(r))
+        w.write(OK)
+        await w.drain()
+
+    async with Server(handler) as url:
+        client = http1.Http1Client(2.0)
+        req = post(url)
+        req.headers["host"] = "vllm.internal:8000"
+        resp = await client.send(req)
+        assert await resp.read() == b"ok"
+        await resp.aclose()
+        await client.aclose()
+    hosts = [line for line in heads[0].split(b"\r\n") if line.lower().startswith(b"host:")]
+    assert hosts == [b"host: vllm.internal:8000"]
+
+
 async def test_userinfo_is_basic_credentials_to_that_worker_never_part_of_host() -> None:
     """RFC 9110 section 7.2: Host is uri-host and port; 4.2.4: a sender MUST NOT put userinfo
     in a field value. A base URL's `user:pass@` is sent as Basic credentials (RFC 7617), as
@@ -169,6 +192,32 @@ async def test_chunked_body_read_as_it_arrives() -> None:
         assert await resp.read_chunk() == b""
         await resp.aclose()
         await client.aclose()
+
+
+@pytest.mark.parametrize("interim", [
+    b"HTTP/1.1 100 Continue\r\n\r\n",
+    b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n"])
+async def test_an_interim_answer_is_skipped_and_the_final_status_wins(interim: bytes) -> None:
+    """RFC 9110 section 15.2: a 1xx is interim, the final answer follows on the connection
+    (a proxy in front of a worker forwards a 100 Continue; 103 Early Hints, RFC 8297). It was
+    taken for the answer: status 103 and an empty body, the real one left on the wire."""
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        for _ in range(2):
+            await read_request(r)
+            for part in (interim, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", b"ok"):
+                w.write(part)
+                await w.drain()
+                await asyncio.sleep(0.02)  # each part its own read
+
+    srv = Server(handler)
+    async with srv as url:
+        client = http1.Http1Client(2.0)
+        for _ in range(2):  # and the connection stays in step for the next request
+            resp = await client.send(post(url))
+            assert (resp.status, await resp.read()) == (200, b"ok")
+            await resp.aclose()
+        await client.aclose()
+    assert srv.connections == 1
 
 
 async def test_unfinished_body_closed_and_cancelled_request_close_the_connection() -> None:

@@ -350,3 +350,31 @@ async def test_a_bad_event_read_with_text_ends_the_stream_without_waiting(bad: b
     error = orjson.loads(events[-2].removeprefix("data: "))["error"]
     assert "nothing for" not in error["message"]
     assert events[-1] == "data: [DONE]"
+
+
+@pytest.mark.anyio
+async def test_a_dns_named_upstream_is_asked_with_its_name_as_host() -> None:
+    """`http://localhost:8000` is expanded to the address it resolves to (gateway.resolver);
+    the request to that address names the configured host, as nginx's `proxy_pass` to a name
+    does: it named the bare address, which a name-based ingress in front of workers refuses."""
+    cfg = config.Config.model_validate({
+        "default_model": "demo",
+        "models": [{"name": "demo", "backend": "vllm", "upstreams": ["http://localhost:8000"]}]})
+    with respx.mock(assert_all_called=False) as r:
+        healthy(r)
+        by_name = r.post("http://localhost:8000/v1/chat/completions").mock(side_effect=worker_ok)
+        by_address = r.post("http://127.0.0.1:8000/v1/chat/completions").mock(
+            side_effect=worker_ok)
+        app = gateway_app.build_app(cfg, lambda _: upstream.HttpxClient(httpx.AsyncClient(
+            transport=httpx.MockTransport(r.async_handler))))
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://gw") as client:
+                for _ in range(100):  # until the name is resolved (in the background)
+                    resp = await client.post("/v1/chat/completions", json=CHAT)
+                    assert resp.status_code == 200
+                    if by_address.called:
+                        break
+                    await asyncio.sleep(0.02)
+    assert by_address.calls.last.request.headers["host"] == "localhost:8000"
+    assert all(c.request.headers["host"] == "localhost:8000" for c in by_name.calls)

@@ -5,6 +5,7 @@ workers' queue gauges read for least-request routing."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from adapters import registry
-from gateway import balancer, config, health, upstream
+from gateway import balancer, config, health, http1, upstream
 from simulator import SimulatorSettings, build_app
 from tests.fakes import hosts, tgi_fake, triton_fake, trtllm_fake
 
@@ -241,6 +242,40 @@ def test_probes_use_each_worker_protocols_health_route(kind: str, fake: Any) -> 
     assert ups.healthy() == ["http://w:1"]
 
 
+def test_a_worker_found_down_is_logged_with_why() -> None:
+    """A probe that fails said only `healthy: false`: an https worker whose certificate is
+    not trusted, a refused port or a base URL whose health route is a 404 all looked alike,
+    and requests then failed with "no healthy upstream". The reason is now in the line."""
+    changes: list[tuple[str, bool, str]] = []
+
+    class Listener(balancer.Quiet):
+        def probe_changed(self, model: str, url: str, ok: bool, why: str = "") -> None:
+            changes.append((url, ok, why))
+
+    async def go() -> None:
+        async def not_found(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await r.readuntil(b"\r\n\r\n")
+            w.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            await w.drain()
+            w.close()
+
+        server = await asyncio.start_server(not_found, "127.0.0.1", 0)
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))  # bound, never listening: refused
+            urls = (f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}",
+                    f"http://127.0.0.1:{closed.getsockname()[1]}")
+            ups = balancer.Upstreams(urls, listener=Listener())
+            client = http1.Http1Client(2.0)
+            await health.probe(client, ups, "/health", 2.0)
+            await client.aclose()
+        server.close()
+
+    asyncio.run(go())
+    (_, ok_a, why_a), (_, ok_b, why_b) = changes
+    assert (ok_a, why_a, ok_b) == (False, "GET /health: HTTP 404", False)
+    assert why_b.startswith("ConnectionRefusedError: ")
+
+
 def health_worker(state: dict[str, int]) -> Starlette:
     """A worker whose /health answers `state["status"]`."""
     async def probe(request: Request) -> Response:
@@ -323,9 +358,10 @@ def test_dns_expanded_addresses_are_the_ones_probed_and_managed_workers_are_not(
     seen: list[str] = []
 
     class Client:
-        async def probe(self, url: str, timeout: float) -> int:
+        async def check(self, url: str, timeout: float,
+                        host: str | None = None) -> tuple[int, str]:
             seen.append(url)
-            return 503 if "10.1.0.2" in url else 200
+            return (503 if "10.1.0.2" in url else 200), ""
 
     asyncio.run(health.probe(Client(), ups, "/health", 1.0))  # type: ignore[arg-type]
     assert sorted(seen) == ["http://10.1.0.1:8000/health", "http://10.1.0.2:8000/health"]
