@@ -195,13 +195,14 @@ def error_shape(front: str, r: base.Rendered) -> None:
         raise AssertionError((front, body))
 
 
-def built(t: base.Translator, router: routing.Router) -> None:
-    """What the gateway runs on a parsed request before any I/O (gateway.serving, pipeline)."""
+def built(t: base.Translator, router: routing.Router, tokenizer: bool) -> None:
+    """What the gateway runs on a parsed request before any I/O (gateway.serving, pipeline);
+    `tokenizer`: the model has one (a whole answer with per-token details stays one body)."""
     req = t.request
     route = router.resolve(req.model)
     route.backend.check(req)
     meta = base.ResponseMeta("id", 1, req.model or route.name, "rid", route.options)
-    sent = req if req.stream else whole.plan(route.backend, req, TIMEOUTS, False)[0]
+    sent = req if req.stream else whole.plan(route.backend, req, TIMEOUTS, tokenizer)[0]
     up = route.backend.build(sent, base.Target(URL, route.upstream_model, route.options))
     assert isinstance(up.url, str) and isinstance(up.method, str)
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in up.headers.items())
@@ -229,9 +230,11 @@ def built(t: base.Translator, router: routing.Router) -> None:
 @settings(max_examples=30, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(),
-       lmi_options=st.tuples(st.booleans(), st.sampled_from(["jsonlines", "sse"])))
+       lmi_options=st.tuples(st.booleans(), st.sampled_from(["jsonlines", "sse"])),
+       tokenizer=st.booleans())
 def test_an_accepted_request_is_built_or_refused(front: str, worker: str, data: st.DataObject,
-                                                 lmi_options: tuple[bool, str]) -> None:
+                                                 lmi_options: tuple[bool, str],
+                                                 tokenizer: bool) -> None:
     _, make, path_params, bodies = next(f for f in FRONTS if f[0] == front)
     body = data.draw(bodies, label="body")
     r = router(worker, lmi_options)
@@ -241,7 +244,7 @@ def test_an_accepted_request_is_built_or_refused(front: str, worker: str, data: 
     try:
         answerer = t = frontend.parse(json.dumps(body).encode(), ctx)  # big ints too
         event("parsed")
-        built(t, r)
+        built(t, r, tokenizer)
     except errors.RequestError as exc:
         event(f"refused: {type(exc).__name__}")
         error_shape(front, answerer.render_error(exc))
