@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from adapters import base, registry
-from adapters.frontends import elastic, lmi, openai, tgi
+from adapters.frontends import elastic, lmi, openai, openai_encode, tgi
 from gateway import affinity, config, failover, routing, whole
 from schemas import canonical, errors
 from schemas import elastic as es_wire
@@ -158,6 +158,9 @@ FRONTS: list[tuple[str, Make, dict[str, str], st.SearchStrategy[Any]]] = [
      fields(names(es_wire.CompletionRequest), ("input",))),
 ]
 TIMEOUTS = config.Timeouts()
+# none; JSON's media type; Elasticsearch's own OpenAI client (answered in its framing)
+HEADERS = [{}, {"content-type": "application/json"},
+           {"user-agent": f"{openai_encode.ELASTICSEARCH_USER_AGENT}/9.0"}]
 
 
 def error_shape(front: str, r: base.Rendered) -> None:
@@ -231,14 +234,15 @@ def built(t: base.Translator, router: routing.Router, tokenizer: bool) -> None:
           suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(),
        lmi_options=st.tuples(st.booleans(), st.sampled_from(["jsonlines", "sse"])),
-       tokenizer=st.booleans())
+       tokenizer=st.booleans(), headers=st.sampled_from(HEADERS))
 def test_an_accepted_request_is_built_or_refused(front: str, worker: str, data: st.DataObject,
                                                  lmi_options: tuple[bool, str],
-                                                 tokenizer: bool) -> None:
+                                                 tokenizer: bool, headers: dict[str, str]
+                                                 ) -> None:
     _, make, path_params, bodies = next(f for f in FRONTS if f[0] == front)
     body = data.draw(bodies, label="body")
     r = router(worker, lmi_options)
-    ctx = base.RequestContext("/", path_params, {}, r.options)
+    ctx = base.RequestContext("/", path_params, headers, r.options)
     frontend = make()
     answerer: base.Frontend | base.Translator = frontend
     try:
