@@ -4,10 +4,15 @@ that cannot do what was asked is a clear `Unsupported`).
 
 Each front end parses plausible-but-arbitrary JSON (each protocol's real field names, values
 of any JSON type) as gateway.serving does; an accepted request then goes through what the
-pipeline runs before any I/O: the route's `check`, the whole/stream plan (gateway.whole),
-`build` (its body JSON bytes), the decoder, and the translator's encoder, whole render of an
-empty fold and error render. Each step either succeeds or raises a RequestError; anything
-else is a bug.
+pipeline runs before any I/O: the route's `check`, the whole/stream plan (gateway.whole, with
+and without the model's tokenizer), `build` (its body JSON bytes, its url and headers
+strings), the decoder, the prefix key, a continuation where the stream is resumable, and the
+translator's encoder (one token and a finish per choice, usage), whole render of an empty fold
+and error render. Each step either succeeds or raises a RequestError, rendered as a 4xx in the
+protocol's error body; anything else is a bug. (A JSON integer past 64 bits reads as a float:
+orjson.)
+
+Run with several seeds (`--hypothesis-seed=N`) when a front end or worker changes.
 """
 
 from __future__ import annotations
