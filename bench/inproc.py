@@ -108,8 +108,9 @@ class CannedClient:
     async def send(self, req: Any) -> CannedResponse:
         return self.response(self.stream if req.streaming else self.whole)
 
-    async def probe(self, url: str, timeout: float) -> int:
-        return 200
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
+        return 200, ""
 
     async def aclose(self) -> None:
         return None

@@ -100,8 +100,9 @@ class FakeClient(http1.Http1Client):
         super().__init__(5.0)
         self.harness = harness
 
-    async def probe(self, url: str, timeout: float) -> int:
-        return 200  # the health checks: not on this path
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
+        return 200, ""  # the health checks: not on this path
 
     async def _connection(self, origin: http1.Origin) -> http1.Connection:
         idle = self.idle.get(origin)

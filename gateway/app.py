@@ -233,9 +233,6 @@ class _Unstarted:
     async def send(self, req: object) -> upstream.UpstreamResponse:
         raise RuntimeError("the gateway's lifespan has not started")
 
-    async def probe(self, url: str, timeout: float) -> int:
-        return 0
-
     async def check(self, url: str, timeout: float,
                     host: str | None = None) -> tuple[int, str]:
         return 0, "the gateway's lifespan has not started"

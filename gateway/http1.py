@@ -372,9 +372,6 @@ class Http1Client:
     def release(self, conn: Connection) -> None:
         self.idle[conn.origin].append(conn)
 
-    async def probe(self, url: str, timeout: float) -> int:
-        return (await self.check(url, timeout))[0]
-
     async def check(self, url: str, timeout: float,
                     host: str | None = None) -> tuple[int, str]:
         try:

@@ -175,7 +175,7 @@ class ManagedWorker:
         keep probing, and take it out of rotation while it fails (back in when it recovers).
         Past `deadline` without a first 200 the worker is killed (None: wait on)."""
         health = self.url + self.route.backend.health_path()
-        while await self.client.probe(health, timeout=2.0) != 200:
+        while await upstream.probe(self.client, health, timeout=2.0) != 200:
             if deadline is not None and time.monotonic() > deadline:
                 self._log.error("worker_unhealthy", startup_timeout_s=self.cfg.startup_timeout)
                 await self._signal(signal.SIGKILL)
@@ -189,7 +189,7 @@ class ManagedWorker:
         failures = 0
         while True:
             await asyncio.sleep(HEALTH_PERIOD_SECONDS)
-            ok = await self.client.probe(health, timeout=2.0) == 200
+            ok = await upstream.probe(self.client, health, timeout=2.0) == 200
             failures = 0 if ok else failures + 1
             if ok and not self.healthy.is_set():
                 self.route.upstreams.add(self.url)

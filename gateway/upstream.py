@@ -56,18 +56,20 @@ class UpstreamResponse(Protocol):
 class UpstreamClient(Protocol):
     async def send(self, req: base.UpstreamRequest) -> UpstreamResponse: ...
 
-    async def probe(self, url: str, timeout: float) -> int:
-        """GET a health URL; its status, or 0 when nothing answered."""
-        ...
-
     async def check(self, url: str, timeout: float,
                     host: str | None = None) -> tuple[int, str]:
-        """`probe` and why nothing answered (refused, a certificate not trusted, no answer in
-        time): what the `upstream_probe` log line says of a worker found down. `host`: the
-        Host to name instead of the URL's (an address a DNS name was expanded to)."""
+        """GET a health URL: its status, or 0 and why nothing answered (refused, a certificate
+        not trusted, no answer in time), what the `upstream_probe` log line says of a worker
+        found down. `host`: the Host to name instead of the URL's (an address a DNS name was
+        expanded to)."""
         ...
 
     async def aclose(self) -> None: ...
+
+
+async def probe(client: UpstreamClient, url: str, timeout: float) -> int:
+    """GET a health URL; its status, or 0 when nothing answered."""
+    return (await client.check(url, timeout))[0]
 
 
 def failure(exc: BaseException, timeout: float) -> str:
@@ -143,9 +145,6 @@ class AiohttpClient:
                 req.method, req.url, data=req.body, headers=req.headers)
         return AiohttpResponse(resp)
 
-    async def probe(self, url: str, timeout: float) -> int:
-        return (await self.check(url, timeout))[0]
-
     async def check(self, url: str, timeout: float,
                     host: str | None = None) -> tuple[int, str]:
         try:
@@ -197,9 +196,6 @@ class HttpxClient:
                 req.method, req.url, content=req.body, headers=req.headers)
             resp = await self._client.send(request, stream=True)
         return HttpxResponse(resp)
-
-    async def probe(self, url: str, timeout: float) -> int:
-        return (await self.check(url, timeout))[0]
 
     async def check(self, url: str, timeout: float,
                     host: str | None = None) -> tuple[int, str]:

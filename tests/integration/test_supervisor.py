@@ -124,8 +124,9 @@ class Probes:
     def __init__(self, status: int = 200):
         self.status = status
 
-    async def probe(self, url: str, timeout: float) -> int:
-        return self.status
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
+        return self.status, ""
 
 
 async def run_until_restarted(worker: supervisor.ManagedWorker, restarts: int,

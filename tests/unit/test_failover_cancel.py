@@ -69,8 +69,9 @@ class Workers:
         self.opened.append(answer)
         return answer
 
-    async def probe(self, url: str, timeout: float) -> int:
-        return 200
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
+        return 200, ""
 
     async def aclose(self) -> None:
         return None

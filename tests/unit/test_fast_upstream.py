@@ -13,7 +13,7 @@ import pytest
 
 from adapters import base
 from adapters.backends import vllm
-from gateway import http1
+from gateway import http1, upstream
 from schemas import canonical
 from schemas import events as ev
 
@@ -54,7 +54,7 @@ async def test_streamed_and_whole_answers_decode_completely() -> None:
             assert len(text.split()) == TOKENS
             assert any(isinstance(e, ev.Finish) for e in events)
             assert any(isinstance(e, ev.Usage) for e in events)
-        assert await client.probe(url + "/health", 2.0) == 200
+        assert await upstream.probe(client, url + "/health", 2.0) == 200
     finally:
         await client.aclose()
         server.close()

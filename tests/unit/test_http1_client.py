@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from adapters import base
-from gateway import http1, pump
+from gateway import http1, pump, upstream
 from schemas import errors
 
 pytestmark = pytest.mark.anyio
@@ -276,7 +276,7 @@ async def test_breaks_and_refusals_map_to_gateway_errors() -> None:
     client = http1.Http1Client(2.0)
     with pytest.raises(errors.UpstreamUnavailable, match="could not be reached"):
         await client.send(post(url))  # the server is gone: refused
-    assert await client.probe(url + "/health", 1.0) == 0
+    assert await upstream.probe(client, url + "/health", 1.0) == 0
     for bad in ("ftp://w:21", "http://:80", "http://w:99999"):  # tried once, never retried
         with pytest.raises(errors.UpstreamError) as err:
             await client.send(post(bad))

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from adapters import base
-from gateway import http1
+from gateway import http1, upstream
 
 pytestmark = pytest.mark.anyio
 TOKENS = 5
@@ -65,7 +65,7 @@ async def test_the_floor_relays_streams_and_whole_answers_complete(mode: str) ->
             await resp.aclose()
             assert resp.status == 200
             assert orjson.loads(whole) == orjson.loads(_body(answers.whole))
-        assert await client.probe(url + "/health", 2.0) == 200
+        assert await upstream.probe(client, url + "/health", 2.0) == 200
     finally:
         await client.aclose()
         relay.close()

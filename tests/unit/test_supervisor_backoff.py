@@ -16,8 +16,9 @@ from gateway import config, routing, supervisor
 class Healthy:
     """An upstream client whose probes always pass."""
 
-    async def probe(self, url: str, timeout: float) -> int:
-        return 200
+    async def check(self, url: str, timeout: float,
+                    host: str | None = None) -> tuple[int, str]:
+        return 200, ""
 
 
 async def restart_delays(monkeypatch: pytest.MonkeyPatch, reset: float) -> list[float]:
