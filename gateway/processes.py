@@ -153,8 +153,16 @@ def fixed_worker_ports(cfg: config.Config) -> config.Config:
 
 
 def listeners(host: str, port: int, n: int) -> list[socket.socket]:
-    """`n` listening sockets on one port (the first fixes it when `port` is 0)."""
+    """`n` listening sockets on one port (the first fixes it when `port` is 0).
+
+    SO_REUSEPORT would let a second gateway of the same user join the port and take half of
+    its connections; a socket without it cannot bind where anyone listens, so one is bound
+    first, and the port is refused as in use (as with one process) if that fails."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if port:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
     socks: list[socket.socket] = []
     try:
         for _ in range(n):

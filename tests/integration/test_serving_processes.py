@@ -3,6 +3,7 @@ healthy in both, metrics summed over both, and SIGTERM to the parent stopping ev
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -174,6 +175,29 @@ def test_workers_setting_and_flag() -> None:
     assert cli.parser().parse_args(["serve", "--workers", "2"]).workers == 2
     with pytest.raises(SystemExit):
         cli.parser().parse_args(["serve", "--workers", "0"])
+
+
+def test_a_second_gateway_cannot_join_the_port_of_one_with_several_processes() -> None:
+    """SO_REUSEPORT admits any socket of the same user that sets it too: a second gateway
+    with `workers: 2` started on a busy port would silently take half its connections. It is
+    refused as in use, as a gateway of one process is; a port that is free still binds."""
+    first = processes.listeners("127.0.0.1", 0, 2)
+    try:
+        port = first[0].getsockname()[1]
+        with pytest.raises(OSError) as refused:
+            processes.listeners("127.0.0.1", port, 2)
+        assert refused.value.errno == errno.EADDRINUSE
+        with pytest.raises(OSError):
+            processes.listeners("0.0.0.0", port, 2)
+    finally:
+        for s in first:
+            s.close()
+    again = processes.listeners("127.0.0.1", port, 2)  # free again: binds, both sockets
+    try:
+        assert {s.getsockname()[1] for s in again} == {port}
+    finally:
+        for s in again:
+            s.close()
 
 
 def health_and_gauges(url: str, times: int) -> tuple[set[int], set[str]]:
