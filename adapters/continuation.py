@@ -47,6 +47,11 @@ def chat_possible(req: canonical.InferenceRequest) -> bool:
     return req.messages is not None and plain(req)
 
 
+def possible(req: canonical.InferenceRequest) -> bool:
+    """Whether a worker that continues chats and completions alike can continue `req`."""
+    return chat_possible(req) if req.messages is not None else completion_possible(req)
+
+
 def completion(req: canonical.InferenceRequest, text_so_far: str,
                tokens_so_far: int) -> canonical.InferenceRequest | None:
     """The prompt plus the text so far; None unless one text prompt."""
@@ -89,3 +94,12 @@ def chat_completion(req: canonical.InferenceRequest, prompt: str, text_so_far: s
     return dataclasses.replace(
         req, messages=None, prompts=[prompt + text_so_far], sampling=_budget(req, tokens_so_far),
         tool_choice=None, parallel_tool_calls=None, extra={**req.extra, **flags})
+
+
+def answer(req: canonical.InferenceRequest, text_so_far: str,
+           tokens_so_far: int) -> canonical.InferenceRequest | None:
+    """`chat_answer` for a chat, `completion` for a prompt: for a backend that puts the text
+    so far where its worker continues either."""
+    if req.messages is not None:
+        return chat_answer(req, text_so_far, tokens_so_far)
+    return completion(req, text_so_far, tokens_so_far)

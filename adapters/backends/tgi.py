@@ -353,15 +353,11 @@ class TgiBackend:
         message, which TGI's Messages API continues (since v3.0.0, router/src/infer/
         chat_template.rs `apply`: "if the last message is from the assistant, continue the
         generation prompt"; integration-tests/models/test_continue_final_message.py)."""
-        if req.messages is not None:
-            return continuation.chat_answer(req, text_so_far, tokens_so_far)
-        return continuation.completion(req, text_so_far, tokens_so_far)
+        return continuation.answer(req, text_so_far, tokens_so_far)
 
     def continues(self, req: canonical.InferenceRequest,
                   options: base.Options = base.NO_OPTIONS) -> bool:
-        if req.messages is not None:
-            return continuation.chat_possible(req)
-        return continuation.completion_possible(req)
+        return continuation.possible(req)
 
 
 def answer_so_far(messages: list[dict[str, Any]], text: str) -> None:

@@ -242,13 +242,9 @@ class TritonBackend:
         """A prompt plus the text so far; a chat as its rendered prompt (the gateway applies
         the template, `prompt`) plus the text so far: the same `text_input` a completion
         continuation would be. `exclude_input_in_output` keeps that text out of the answer."""
-        if req.messages is not None:
-            return continuation.chat_answer(req, text_so_far, tokens_so_far)
-        return continuation.completion(req, text_so_far, tokens_so_far)
+        return continuation.answer(req, text_so_far, tokens_so_far)
 
     def continues(self, req: canonical.InferenceRequest,
                   options: base.Options = base.NO_OPTIONS) -> bool:
-        if req.messages is not None:
-            return continuation.chat_possible(req)
-        return continuation.completion_possible(req)
+        return continuation.possible(req)
 

@@ -116,6 +116,4 @@ class VllmBackend(openai.OpenAIBackend):
 
     def continues(self, req: canonical.InferenceRequest,
                   options: base.Options = base.NO_OPTIONS) -> bool:
-        if req.messages is not None:
-            return continuation.chat_possible(req)
-        return continuation.completion_possible(req)
+        return continuation.possible(req)
