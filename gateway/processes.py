@@ -46,7 +46,8 @@ from gateway import (
     supervisor,
 )
 
-RESTART_SECONDS = 1.0  # before a serving process that died is started again
+RESTART_SECONDS = 1.0  # before a serving process that died is started again; doubled per
+# death in a row up to the managed workers' cap, a run of their reset length starting again
 BACKLOG = 2048  # uvicorn's own default
 
 
@@ -225,7 +226,10 @@ class ServingProcess:
 
     async def keep(self, stop: asyncio.Event) -> None:
         log = observability.logger()
+        loop = asyncio.get_running_loop()
+        deaths = 0  # in a row: a process that crashes as it starts is not restarted each second
         while not stop.is_set():
+            started = loop.time()
             self.proc = multiprocessing.get_context("spawn").Process(
                 target=run_child, args=(self.cfg.model_dump(mode="json"), self.sock,
                                         self.log_level, self.shared, self.index), daemon=False)
@@ -236,15 +240,23 @@ class ServingProcess:
                 metrics.process_gone(self.proc.pid)
             if stop.is_set():
                 return
+            lived = loop.time() - started
+            deaths = 1 if lived >= supervisor.RESTART_RESET_SECONDS else deaths + 1
+            delay = restart_delay(deaths)
             log.warning("serving_process_exited", pid=self.proc.pid, code=self.proc.exitcode,
-                        restart_in_s=RESTART_SECONDS)
+                        restart_in_s=delay)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), RESTART_SECONDS)
+                await asyncio.wait_for(stop.wait(), delay)
 
     def signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.exitcode is None and self.proc.pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, sig)
+
+
+def restart_delay(deaths: int) -> float:
+    """1, 2, 4 ... 30 s before a serving process that died `deaths` times in a row restarts."""
+    return min(RESTART_SECONDS * 2.0 ** max(deaths - 1, 0), supervisor.RESTART_MAX_SECONDS)
 
 
 async def _exited(proc: BaseProcess) -> None:
