@@ -6,6 +6,7 @@ own error body, never the gateway's "internal error" logged as a bug."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import orjson
@@ -15,6 +16,7 @@ import respx
 from adapters import base
 from adapters.backends import openai_decode, tgi_decode
 from schemas import errors
+from schemas import events as ev
 from tests.unit.test_pipeline_respx import CHAT, UP1, call, make_config
 
 Make = Callable[[], base.StreamDecoder]
@@ -73,3 +75,53 @@ async def test_the_client_gets_a_failed_workers_error_not_an_internal_one() -> N
     error = orjson.loads(resp.content)["error"]
     assert error["type"] == "server_error"
     assert error["code"] == orjson.loads(not_json.content)["error"]["code"] != "internal_error"
+
+
+# ---- a choice ends at its finish (OpenAI-compatible workers) ----
+
+def chunk(i: int, content: str | None = None, finish: str | None = None) -> bytes:
+    delta = {} if content is None else {"content": content}
+    return b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "choices": [
+        {"index": i, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
+
+
+def decode(dec: base.StreamDecoder, *parts: bytes) -> list[Any]:
+    return [e for p in parts for e in dec.feed(p)] + dec.close()
+
+
+def test_what_a_worker_sends_for_a_choice_after_its_finish_is_not_part_of_it() -> None:
+    """OpenAI's chunk object: `finish_reason` is set on a choice's last chunk. Text or a second
+    finish for that choice after it is dropped, whichever client protocol reads the events
+    (LMI's encoders already ended the choice there; OpenAI's, TGI's and Elastic's wrote it
+    after the end, and the folded answer took it in)."""
+    dec = openai_decode.OpenAIDecoder(True, True, choices=2)
+    got = decode(dec, chunk(0, "Hi"), chunk(1, "Yo"), chunk(0, None, "stop"), chunk(0, "MORE"),
+                 chunk(1, "!"), chunk(0, None, "length"), chunk(1, None, "stop"),
+                 b"data: [DONE]\n\n")
+    assert got == [ev.TextDelta(0, "Hi"), ev.TextDelta(1, "Yo"), ev.Finish(0, "eos"),
+                   ev.TextDelta(1, "!"), ev.Finish(1, "eos")]
+
+
+def test_a_stream_that_leaves_a_choice_unfinished_is_broken() -> None:
+    """n choices: each must end with its finish_reason before `[DONE]`, else the client's choice
+    would end with no finish reason and no error."""
+    dec = openai_decode.OpenAIDecoder(True, True, choices=2)
+    dec.feed(chunk(0, "Hi") + chunk(1, "Yo") + chunk(1, None, "stop"))
+    with pytest.raises(errors.UpstreamBroken, match="finish reason"):
+        dec.feed(b"data: [DONE]\n\n")
+        dec.close()
+
+
+@pytest.mark.anyio
+async def test_text_after_a_finish_reaches_no_client() -> None:
+    """End to end, OpenAI's client: the stream the worker sent after the finish is not relayed."""
+    body = (chunk(0, "Hello") + chunk(0, None, "stop") + chunk(0, " again")
+            + b"data: [DONE]\n\n")
+    with respx.mock(assert_all_called=False) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, content=body, headers={"content-type": "text/event-stream"}))
+        resp = await call(r, {**CHAT, "stream": True})
+    assert resp.status_code == 200
+    chunks = [orjson.loads(e[6:]) for e in resp.text.split("\n\n") if e.startswith("data: {")]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "Hello"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
