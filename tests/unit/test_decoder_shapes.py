@@ -93,7 +93,10 @@ def test_what_a_worker_sends_for_a_choice_after_its_finish_is_not_part_of_it() -
     """OpenAI's chunk object: `finish_reason` is set on a choice's last chunk. Text or a second
     finish for that choice after it is dropped, whichever client protocol reads the events
     (LMI's encoders already ended the choice there; OpenAI's, TGI's and Elastic's wrote it
-    after the end, and the folded answer took it in)."""
+    after the end, and the folded answer took it in). A second finish is what trtllm-serve can
+    write with n > 1 (NVIDIA/TensorRT-LLM tensorrt_llm/serve/postprocess_handlers.py,
+    chat_stream_post_processor: `finish_reason_sent` is made anew for each step's outputs, and
+    an output that finished keeps its finish_reason)."""
     dec = openai_decode.OpenAIDecoder(True, True, choices=2)
     got = decode(dec, chunk(0, "Hi"), chunk(1, "Yo"), chunk(0, None, "stop"), chunk(0, "MORE"),
                  chunk(1, "!"), chunk(0, None, "length"), chunk(1, None, "stop"),
