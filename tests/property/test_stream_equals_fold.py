@@ -5,6 +5,9 @@ stream), for interleaved choices, reasoning and tool-call fragments, read as a c
 OpenAI: a client accumulates chunks per `index` (openai-python's ChatCompletionStreamState:
 content and reasoning appended, tool calls by their `index`, arguments appended); the result
 is the whole chat.completion body of the fold, choice by choice, with the usage.
+
+TGI: the last /generate_stream event (generated_text, details) and the tokens of all events are
+/generate's body for the same events, whatever the upstream reads.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from hypothesis import strategies as st
 
 from adapters import base
 from adapters.frontends import openai as frontend
-from adapters.frontends import openai_encode
+from adapters.frontends import openai_encode, tgi
 from schemas import canonical
 from schemas import events as ev
 
@@ -114,3 +117,57 @@ def test_openai_chat_stream_says_what_its_fold_says(
                                  "arguments": x["function"]["arguments"]}
                                 for x in msg.get("tool_calls") or ()]
         assert got["finish"] == c["finish_reason"]
+
+
+# ---- TGI: /generate_stream against /generate of the same events ----
+
+tgi_tokens = st.lists(st.tuples(st.text("ab \u00e9\U0001f600", max_size=3),
+                                st.floats(-20, 0, allow_nan=False)), min_size=1, max_size=8)
+
+
+@settings(max_examples=200)
+@given(tgi_tokens, st.lists(st.integers(1, 3), min_size=8, max_size=8),
+       st.lists(st.booleans(), min_size=10, max_size=10),
+       st.sampled_from(["eos", "length", "stop_string", "stop_token"]), st.booleans())
+def test_tgi_stream_says_what_generate_says(toks: list[tuple[str, float]], sizes: list[int],
+                                            reads: list[bool], reason: str,
+                                            finish_alone: bool) -> None:
+    """The last /generate_stream event's generated_text and details, and the tokens of all
+    events, are /generate's for the same events, whatever the upstream reads (a Finish in a
+    read of its own, usage after it)."""
+    params = {"details": True, "max_new_tokens": 50, "stop": ["STOP"]}
+    events: list[ev.Event] = []
+    i = 0
+    for size in sizes:
+        part = toks[i:i + size]
+        if not part:
+            break
+        events.append(ev.TextDelta(0, "".join(t for t, _ in part),
+                                   list(range(i, i + len(part))),
+                                   [ev.TokenLogprob(t, lp) for t, lp in part]))
+        i += size
+    matched = "STOP" if reason == "stop_string" else None
+    events += [ev.Finish(0, reason, matched), ev.Usage(4, len(toks))]  # type: ignore[arg-type]
+    stream_t = tgi.TgiFrontend("stream").parse(
+        orjson.dumps({"inputs": "Hi", "parameters": params}), CTX)
+    enc = stream_t.encoder(META)
+    wire = b""
+    for k, e in enumerate(events):
+        wire += enc.encode(e)
+        if reads[k % len(reads)] or (finish_alone and isinstance(e, ev.TextDelta)):
+            wire += enc.flush()
+    wire += enc.flush() + enc.finish()
+    sent = [orjson.loads(x.removeprefix(b"data: ")) for x in wire.split(b"\n\n") if x]
+    whole_t = tgi.TgiFrontend("generate").parse(
+        orjson.dumps({"inputs": "Hi", "parameters": params}), CTX)
+    whole = orjson.loads(whole_t.render(canonical.Completion.fold(events, 1, True), META).body)
+    last = sent[-1]
+    assert last["generated_text"] == whole["generated_text"]
+    assert last["details"]["finish_reason"] == whole["details"]["finish_reason"]
+    assert last["details"]["generated_tokens"] == whole["details"]["generated_tokens"]
+    # every token /generate lists, in order (a stand-in empty special token may end a stream
+    # whose Finish came in a read of its own)
+    streamed = [e["token"] for e in sent]
+    if streamed[-1] == {"id": -1, "text": "", "logprob": None, "special": True}:
+        streamed.pop()
+    assert streamed == whole["details"]["tokens"]
