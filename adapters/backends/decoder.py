@@ -8,6 +8,11 @@ event, malformed JSON, an event that is not a JSON object) comes after the event
 before it in the same read: those are returned, `failed` turns true, and the failure is raised
 on the next `feed` or at `close`, once. So what a client receives does not depend on where the
 network cut the stream. A decoder that raised is spent: later calls return nothing.
+
+An event whose JSON is not the worker's shape (a choice, delta or usage that is not an object, a
+field of the wrong type) makes a worker's hook raise a TypeError or the like: that is the worker's
+malformed answer (UpstreamBroken, 502, and the upstream counted as failing), not a gateway bug.
+The guard is one `try` around each read's events, free in CPython 3.11 while nothing raises.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ class FramedDecoder:
     # the stream cut inside an event.
     FLUSH_TAIL: ClassVar[bool] = False
     NOT_OBJECT: ClassVar[str] = "the worker's event is not a JSON object"
+    # What a hook raises on an event of the wrong shape (a str where an object belongs: `.get`).
+    MALFORMED: ClassVar[tuple[type[Exception], ...]] = (AttributeError, TypeError, KeyError,
+                                                        IndexError, ValueError)
 
     def __init__(self, framing_: Framing):
         self._framing = framing_
@@ -88,7 +96,11 @@ class FramedDecoder:
         self._spent = True
         out: list[ev.Event] = []
         if self._framing == "whole":
-            self.on_body(self.parse(b"".join(self._body)), out)
+            body = self.parse(b"".join(self._body))
+            try:
+                self.on_body(body, out)
+            except self.MALFORMED as exc:
+                raise malformed(exc) from None
             return out + self.on_end()
         reader = self._sse if self._framing == "sse" else self._lines
         if self.FLUSH_TAIL:
@@ -118,21 +130,24 @@ class FramedDecoder:
         failed orjson.loads costs about 4 us, its JSONDecodeError being built in Python)."""
         on_event = self.on_event
         done = self.DONE
-        for _, payload in events:
-            if payload == done:
-                self.on_done()
-                continue
-            try:
-                obj = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                if self.DONE is not None and payload.strip() == self.DONE:
+        try:
+            for _, payload in events:
+                if payload == done:
                     self.on_done()
                     continue
-                raise errors.UpstreamBroken("the worker sent malformed JSON",
-                                            detail=repr(payload[:200])) from None
-            if type(obj) is not dict:
-                raise errors.UpstreamBroken(self.NOT_OBJECT)
-            on_event(obj, out)
+                try:
+                    obj = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    if self.DONE is not None and payload.strip() == self.DONE:
+                        self.on_done()
+                        continue
+                    raise errors.UpstreamBroken("the worker sent malformed JSON",
+                                                detail=repr(payload[:200])) from None
+                if type(obj) is not dict:
+                    raise errors.UpstreamBroken(self.NOT_OBJECT)
+                on_event(obj, out)
+        except self.MALFORMED as exc:
+            raise malformed(exc) from None
 
     def parse(self, body: bytes) -> Any:
         try:
@@ -145,3 +160,9 @@ class FramedDecoder:
         if not isinstance(obj, dict):
             raise errors.UpstreamBroken(self.NOT_OBJECT)
         return obj
+
+
+def malformed(exc: Exception) -> errors.UpstreamBroken:
+    """A hook's TypeError (or the like) on an event of the wrong shape, as the worker's fault."""
+    return errors.UpstreamBroken("the worker sent an event of the wrong shape",
+                                 detail=f"{type(exc).__name__}: {exc}")

@@ -234,7 +234,8 @@ class OpenAIBackend:
 
     def decoder(self, req: canonical.InferenceRequest, streaming: bool) -> base.StreamDecoder:
         return openai_decode.OpenAIDecoder(req.is_chat, streaming,
-                                           wants_prompt=req.prompt_logprobs is not None)
+                                           wants_prompt=req.prompt_logprobs is not None,
+                                           choices=req.choice_count)
 
     def token_limit(self, req: canonical.InferenceRequest) -> int | None:
         """The client's `max_tokens` (or an extra `max_tokens` sent as written); without one,

@@ -154,18 +154,25 @@ def in_band_error(err: Any) -> errors.GatewayError:
 
 
 class OpenAIDecoder(decoder.FramedDecoder):
-    """Decodes chat or completions answers; `chat` picks `delta`/`message` versus `text`."""
+    """Decodes chat or completions answers; `chat` picks `delta`/`message` versus `text`.
+
+    A stream's choice ends at its `finish_reason` (OpenAI's chunk object: set on a choice's last
+    chunk): what a worker sends for it afterwards is dropped, so every client protocol and the
+    folded answer end the choice there. Each of the `choices` asked for must finish before
+    `[DONE]`, else the stream is broken."""
 
     DONE = b"[DONE]"
     # An unterminated last event is still read (the blank line after `[DONE]` may be cut).
     FLUSH_TAIL = True
 
-    def __init__(self, chat: bool, streaming: bool, wants_prompt: bool = False):
+    def __init__(self, chat: bool, streaming: bool, wants_prompt: bool = False,
+                 choices: int = 1):
         super().__init__("sse" if streaming else "whole")
         self._chat = chat
         self._wants_prompt = wants_prompt
         self._done = False
-        self._finished = False
+        self._choices = choices
+        self._ended: set[Any] = set()  # the choices whose finish came
 
     def on_done(self) -> None:
         self._done = True
@@ -175,7 +182,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
             return []
         if not self._done:
             raise errors.UpstreamBroken("the worker's stream ended before `data: [DONE]`")
-        if not self._finished:
+        if len(self._ended) < self._choices:
             raise errors.UpstreamBroken("the worker's stream ended without a finish reason")
         return []
 
@@ -189,7 +196,10 @@ class OpenAIDecoder(decoder.FramedDecoder):
         # first: a chunk's continuous usage counts its own tokens
         if "usage" in obj and (u := obj["usage"]):
             out.append(usage(u))
+        ended = self._ended
         for c in (obj["choices"] if "choices" in obj else None) or ():
+            if ended and c.get("index", 0) in ended:  # past its finish
+                continue
             (self._chat_choice if self._chat else self._text_choice)(c, c.get("delta"), out)
 
     def _chat_choice(self, c: dict[str, Any], delta: dict[str, Any] | None,
@@ -237,7 +247,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
         if "finish_reason" in c and (reason := c["finish_reason"]):
             if reason == "error":
                 raise errors.UpstreamBroken("the worker reported a generation error")
-            self._finished = True
+            self._ended.add(i)
             out.append(finish(i, reason, c.get("stop_reason")))
 
     def on_body(self, obj: Any, out: list[ev.Event]) -> None:

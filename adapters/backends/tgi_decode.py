@@ -206,7 +206,7 @@ class TgiChatDecoder(openai_decode.OpenAIDecoder):
 
     def _end(self, c: dict[str, Any], i: int, out: list[ev.Event]) -> None:
         if c.get("finish_reason") == "stop_sequence":  # FinishReason::format(true) keeps it
-            self._finished = True
+            self._ended.add(i)
             out.append(ev.Finish(i, "stop_string"))
         else:
             super()._end(c, i, out)

@@ -6,8 +6,9 @@ ends (a proxy may rewrite LF, and WHATWG SSE allows CR, LF and CRLF), a `data:` 
 over two lines (joined with LF, which JSON takes as whitespace), `:` keep-alive comments (TGI's
 axum, vLLM's --sse-keep-alive-interval), and the in-band errors of each worker: vLLM's
 `{"error": {...}}` then `data: [DONE]` (3.5), TGI's `{"error","error_type"}` (4.5), TGI chat's
-`{"error":{"message","http_status_code"}}`, Triton's `{"error": "..."}` (6.2). Each stream is cut
-at every position, fed one byte at a time, and cut at hypothesis's choice of positions.
+`{"error":{"message","http_status_code"}}`, Triton's `{"error": "..."}` (6.2), and text of 2-,
+3- and 4-byte UTF-8 characters. Each stream is cut at every position (inside a character too),
+fed one byte at a time, and cut at hypothesis's choice of positions.
 """
 
 from __future__ import annotations
@@ -104,6 +105,22 @@ CASES: dict[str, tuple[Callable[[], base.StreamDecoder], bytes, Outcome]] = {
                                     "during generation: boom"))),
     "triton": (triton, sse(*TRITON_EVENTS),
                ([*TRITON_OK, ev.Finish(0, "eos"), ev.Usage(4, 2)], None)),
+    # Multi-byte characters (2, 3 and 4 bytes in UTF-8): every cut above falls inside one too.
+    "openai_utf8": (openai, sse(chat_chunk('{"content":"h\u00e9\u4e2d"}'.encode()),
+                                chat_chunk('{"content":"\U0001f600 \u00fc"}'.encode(),
+                                           b'"stop"'), b"[DONE]"),
+                    ([ev.TextDelta(0, "h\u00e9\u4e2d"), ev.TextDelta(0, "\U0001f600 \u00fc"),
+                      ev.Finish(0, "eos")], None)),
+    "tgi_utf8": (tgi, sse('{"index":1,"token":{"id":5,"text":"\u00e9\U0001f600",'
+                          '"logprob":-0.1,"special":false},"generated_text":"\u00e9\U0001f600",'
+                          '"details":{"finish_reason":"length","generated_tokens":1,'
+                          '"seed":null,"input_length":2}}'.encode()),
+                 ([ev.TextDelta(0, "\u00e9\U0001f600", [5]), ev.Finish(0, "length"),
+                   ev.Usage(2, 1)], None)),
+    "triton_utf8": (triton, sse('{"num_input_tokens":2,"num_output_tokens":1,'
+                                '"text_output":"\u4e2d\u00e9"}'.encode()),
+                    ([ev.TextDelta(0, "\u4e2d\u00e9"), ev.Finish(0, "eos"), ev.Usage(2, 1)],
+                     None)),
     "triton_error": (triton, sse(*TRITON_EVENTS, TRITON_ERROR, *TRITON_EVENTS),
                      (TRITON_OK, ("UpstreamBroken", "the worker failed: in ensemble "
                                   "'ensemble', Executor failed: out of memory"))),
@@ -204,3 +221,15 @@ def test_json_lines_framing_at_every_cut() -> None:
         assert run(_Lines, [body[:cut], body[cut:]]) == want, f"cut at {cut}"
     assert run(_Lines, [b'{"t":"a"}\n{"t":"b"}']) == ([ev.TextDelta(0, "a")], (
         "UpstreamBroken", "the worker's stream ended inside an event"))
+
+
+def test_a_whole_body_split_inside_multibyte_characters() -> None:
+    """A non-streaming body is read whole, whatever cuts its characters' bytes."""
+    body = ('{"choices":[{"index":0,"message":{"role":"assistant","content":"h\u00e9\u4e2d'
+            '\U0001f600"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,'
+            '"completion_tokens":2,"total_tokens":3}}').encode()
+    want = ([ev.Role(0, "assistant"), ev.TextDelta(0, "h\u00e9\u4e2d\U0001f600"),
+             ev.Finish(0, "eos"), ev.Usage(1, 2)], None)
+    for cut in range(len(body) + 1):
+        assert run(lambda: openai_decode.OpenAIDecoder(True, False),
+                   [body[:cut], body[cut:]]) == want, f"cut at {cut}"
