@@ -9,6 +9,10 @@ does not; at the end the matched string is cut from the held deltas. Token ids a
 stay with their delta, as vLLM reports the ids of the tokens whose text it dropped.
 `keep=True` (a client that asked for `include_stop_str_in_output`, as TGI's own front end
 does) passes every delta through at once and only says which string matched.
+A stop string that the last token allowed completes is a stop for a client that never sees
+stop strings (vLLM: v1/engine/output_processor.py `process_outputs` makes the finish STOP when
+the detokenizer finds one, whatever the scheduler capped) but the worker's `length` for one
+that keeps them (TGI's StoppingCriteria checks the length first).
 """
 
 from __future__ import annotations
@@ -64,6 +68,11 @@ class StopTrimmer:
                     best = n
                     break
         return best
+
+    @property
+    def cuts(self) -> bool:
+        """Whether a matched stop string leaves the text (the client does not keep it)."""
+        return not self._keep
 
     def matched(self) -> str | None:
         """The stop string the whole text ends with, the first in the client's order."""

@@ -84,6 +84,8 @@ def finish_events(trim: stops.StopTrimmer, choice: int, reason: str | None) -> l
     matched = trim.matched()
     kind: ev.FinishReason = "stop_string" if matched is not None else "eos"
     kind = _FINISH.get(reason or "", kind)
+    if kind == "length" and matched is not None and trim.cuts:  # as vLLM (stops.py)
+        kind = "stop_string"
     cut = matched if kind == "stop_string" else None
     out: list[ev.Event] = []
     out.extend(trim.release(cut))

@@ -112,10 +112,11 @@ class TritonDecoder(decoder.FramedDecoder):
     def _end(self) -> list[ev.Event]:
         """The held text, the inferred Finish, and the usage when the worker counted."""
         matched = self._stops.matched()
-        if self._counted and self._generated >= self._limit:
-            finish = ev.Finish(0, "length")
-        elif matched is not None:
+        at_limit = self._counted and self._generated >= self._limit
+        if matched is not None and (self._stops.cuts or not at_limit):  # stops.py: which wins
             finish = ev.Finish(0, "stop_string", matched)
+        elif at_limit:
+            finish = ev.Finish(0, "length")
         else:
             finish = ev.Finish(0, "eos")
         out: list[ev.Event] = []

@@ -94,6 +94,18 @@ def test_a_client_that_keeps_stop_strings_gets_tgis_text() -> None:
     assert finish_of(events) == ev.Finish(0, "stop_string", ".")
 
 
+def test_a_stop_sequence_at_the_limit_is_cut_unless_the_client_keeps_it() -> None:
+    """TGI's StoppingCriteria checks the length first (server/text_generation_server/utils/
+    tokens.py `__call__`): a stop string the last allowed token completes is `length`, kept.
+    A client that never sees stop strings gets vLLM's order (v1/engine/output_processor.py
+    `process_outputs`: the stop string makes the finish STOP): cut, a stop."""
+    events = decode(stream_events(SCRIPT, "length"), stop=["."])
+    assert text_of(events) == " The answer is 42"
+    assert finish_of(events) == ev.Finish(0, "stop_string", ".")
+    kept = decode(stream_events(SCRIPT, "length"), stop=["."], keep=True)
+    assert text_of(kept) == " The answer is 42." and finish_of(kept) == ev.Finish(0, "length")
+
+
 def test_without_details_the_text_decides() -> None:
     events = decode(stream_events(SCRIPT, details=False), stop=["."])
     assert finish_of(events) == ev.Finish(0, "stop_string", ".")

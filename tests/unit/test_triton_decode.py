@@ -62,9 +62,18 @@ def test_the_token_count_reaching_the_limit_is_length() -> None:
     assert finish_of(decode(STREAM, limit=7)).reason == "eos"
 
 
-def test_length_wins_over_a_stop_word_at_the_limit_and_keeps_it() -> None:
-    """As TGI's StoppingCriteria checks the length first; the text is then the worker's own."""
+def test_a_stop_word_at_the_limit_is_a_stop_cut_for_a_client_that_never_sees_one() -> None:
+    """vLLM's order (v1/engine/output_processor.py `process_outputs`: a stop string the
+    detokenizer finds makes the finish STOP, whatever the scheduler capped): OpenAI and
+    Elastic clients never see a matched stop string (SPEC.md), at the limit neither."""
     events = decode(sse(*(resp(w) for w in WORDS[:5])), limit=5, stop=["."])
+    assert finish_of(events) == ev.Finish(0, "stop_string", ".")
+    assert text_of(events) == " The answer is 42"
+
+
+def test_length_wins_over_a_stop_word_at_the_limit_for_a_client_that_keeps_it() -> None:
+    """As TGI's StoppingCriteria checks the length first; the text is then the worker's own."""
+    events = decode(sse(*(resp(w) for w in WORDS[:5])), limit=5, stop=["."], keep=True)
     assert finish_of(events).reason == "length" and text_of(events).endswith(".")
 
 
@@ -98,7 +107,9 @@ def test_without_counts_the_responses_are_counted_by_their_logprobs_and_no_usage
 
 def test_whole_answers_are_one_object() -> None:
     body = orjson.dumps(resp(" The answer is 42.", n=5, prompt=4))
-    assert decode(body, limit=5, stop=["."], streaming=False) == [
+    assert decode(body, limit=5, stop=["."], streaming=False, keep=True) == [
+        ev.TextDelta(0, " The answer is 42."), ev.Finish(0, "length"), ev.Usage(4, 5)]
+    assert decode(body, limit=5, streaming=False) == [
         ev.TextDelta(0, " The answer is 42."), ev.Finish(0, "length"), ev.Usage(4, 5)]
     assert decode(body, limit=9, stop=["."], streaming=False) == [
         ev.TextDelta(0, " The answer is 42"), ev.Finish(0, "stop_string", "."), ev.Usage(4, 5)]
