@@ -197,19 +197,23 @@ class Pipeline:
         if resp.status >= 400:
             raise route.backend.parse_error(resp.status, await resp.read())
         dec = route.decoder(req, streaming)
-        if not streaming:
-            dec.feed(await resp.read())
-            return Opened(resp, dec, dec.close(), False)
         try:
+            if not streaming:  # one body: all of it is before the client's first byte
+                dec.feed(await resp.read())
+                return Opened(resp, dec, dec.close(), False)
             while data := await resp.read_chunk():
                 if first := dec.feed(data):
                     return Opened(resp, dec, first, True)
             # An answer that ended before its first event fails the same way, whether its
-            # bytes failed on a read or at the end: e.g. trtllm-serve's `null` with HTTP 200
-            # when its executor fails (openai_server.py openai_chat: CppExecutorError).
+            # bytes failed on a read or at the end, streamed or one body: e.g. trtllm-serve's
+            # `null` with HTTP 200 when its executor fails (openai_server.py openai_chat:
+            # CppExecutorError), a connection reset inside a body.
             return Opened(resp, dec, dec.close(), False)
         except errors.UpstreamBroken as exc:  # nothing reached the client: another may serve
-            raise errors.UpstreamUnavailable(exc.message, detail=exc.detail) from exc
+            # (its status kept: an answer that broke or made no sense is a 502 once no other
+            # upstream does better)
+            raise errors.UpstreamUnavailable(exc.message, status=exc.status,
+                                             detail=exc.detail) from exc
 
     async def stream(self, opened: Opened, deliver: pump.Deliver, drain: pump.Drain) -> None:
         """Every batch of a streamed answer to `deliver` (False: wait for `drain` before the

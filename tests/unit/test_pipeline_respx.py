@@ -378,3 +378,25 @@ async def test_a_dns_named_upstream_is_asked_with_its_name_as_host() -> None:
                     await asyncio.sleep(0.02)
     assert by_address.calls.last.request.headers["host"] == "localhost:8000"
     assert all(c.request.headers["host"] == "localhost:8000" for c in by_name.calls)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("body", [
+    Broken([b'{"id":"c",']),  # the connection reset inside the one body
+    b"null",  # trtllm-serve's 200 when its executor fails (openai_server.py openai_chat)
+], ids=["reset", "null"])
+async def test_a_whole_body_that_fails_before_the_client_saw_a_byte_is_retried(
+        body: Any) -> None:
+    """A worker asked for one body (a small `max_tokens`: not asked as a stream) that fails
+    while it is read: nothing reached the client, so another upstream is asked, as for a
+    stream that fails before its first event (SPEC.md: a worker down before the first byte is
+    retried on another upstream)."""
+    with respx.mock(assert_all_called=False) as r:
+        healthy(r)
+        bad = r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, **({"stream": body} if isinstance(body, Broken) else {"content": body})))
+        r.post(f"{UP2}/v1/chat/completions").mock(side_effect=worker_ok)
+        resp = await call(r, {**CHAT, "max_tokens": 5})
+    assert bad.call_count == 1
+    assert resp.status_code == 200
+    assert resp.json()["choices"][0]["message"]["content"] == "Hello"
