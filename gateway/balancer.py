@@ -207,6 +207,12 @@ class Upstreams:
         now = self.clock()
         return [u for u in self._all if self.health[u].available(now)]
 
+    def usable(self, url: str) -> bool:
+        """Whether a request may go to `url` now, as `healthy` counts: a retry checks the
+        order its request was given, which other requests' failures may have made stale."""
+        h = self.health.get(url)
+        return h is not None and h.available(self.clock())
+
     def in_rotation(self) -> list[str]:
         """Upstreams passing their probe and not ejected (half-open ones included): what
         /health and readiness count; as every serving process sees them now."""

@@ -142,8 +142,7 @@ class Pipeline:
     async def _attempt(self, job: Job, order: list[str]) -> Opened:
         """One attempt, on the next upstream in `order`, accounted to that upstream."""
         note, ups = job.note, job.route.upstreams
-        url = order[job.tries % len(order)]
-        job.tries += 1
+        url = self._next(job, order)
         note.attempts += 1
         note.upstream = upstream.shown(url)  # the log line's: no password
         ticket = ups.begin(url)
@@ -168,6 +167,18 @@ class Pipeline:
             ups.succeeded(url, ticket)  # counts toward ejection too)
         opened.url, opened.job, opened.ticket = url, job, ticket
         return opened
+
+    @staticmethod
+    def _next(job: Job, order: list[str]) -> str:
+        """The upstream of the next attempt: `order` in turn, but a retry passes over those
+        ejected (or half-open with their one trial out) since the order was made, by other
+        requests' failures meanwhile; where none is left, the turn's (panic, as `order`)."""
+        i, n = job.tries, len(order)
+        if i:
+            usable = job.route.upstreams.usable
+            i = next((j for j in range(i, i + n) if usable(order[j % n])), i)
+        job.tries = i + 1
+        return order[i % n]
 
     async def _once(self, job: Job, url: str) -> Opened:
         route, req, note = job.route, job.req, job.note
