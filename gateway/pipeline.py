@@ -143,17 +143,22 @@ class Pipeline:
         """One attempt, on the next upstream in `order`, accounted to that upstream."""
         note, ups = job.note, job.route.upstreams
         url = self._next(job, order)
+        # Built before the attempt begins: the gateway's own refusal (a chat the model's
+        # template cannot render) sends nothing, so it is no attempt and judges no upstream
+        # (taken for the worker's answer, it restored a half-open one untried and broke a
+        # dead one's run of failures).
+        ureq = self._request(job, url)
         note.attempts += 1
         note.upstream = upstream.shown(url)  # the log line's: no password
         ticket = ups.begin(url)
         try:
-            opened = await self._once(job, url)
+            opened = await self._once(job, url, ureq)
         except BaseException as exc:
             ups.end(url, ticket)
             if isinstance(exc, errors.UpstreamError) and not 400 <= exc.status < 500:
                 ups.failed(url, ticket)
             elif isinstance(exc, errors.GatewayError):
-                # it answered: a 4xx never counts toward ejection (SPEC.md), not even an
+                # it answered (what the gateway refuses itself never gets here): a 4xx never counts toward ejection (SPEC.md), not even an
                 # overloaded worker's 429 that another worker is asked instead (as Envoy's
                 # consecutive_5xx, which any other answer resets)
                 ups.succeeded(url, ticket)
@@ -180,12 +185,18 @@ class Pipeline:
         job.tries = i + 1
         return order[i % n]
 
-    async def _once(self, job: Job, url: str) -> Opened:
-        route, req, note = job.route, job.req, job.note
-        ureq = route.backend.build(req, base.Target(url, route.upstream_model, route.options))
+    @staticmethod
+    def _request(job: Job, url: str) -> base.UpstreamRequest:
+        route = job.route
+        ureq = route.backend.build(job.req, base.Target(url, route.upstream_model,
+                                                        route.options))
         ureq.headers["x-request-id"] = job.request_id
         if (host := route.upstreams.hosts.get(url)) is not None:
             ureq.headers["host"] = host  # an address its DNS name stands for: the name's Host
+        return ureq
+
+    async def _once(self, job: Job, url: str, ureq: base.UpstreamRequest) -> Opened:
+        route, req, note = job.route, job.req, job.note
         if note.observer is not None:
             ureq.headers.update(note.observer.begin(url))
         # A stream's first byte comes after queueing and prefill; a body's after its whole
