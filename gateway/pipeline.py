@@ -158,9 +158,10 @@ class Pipeline:
             if isinstance(exc, errors.UpstreamError) and not 400 <= exc.status < 500:
                 ups.failed(url, ticket)
             elif isinstance(exc, errors.GatewayError):
-                # it answered (what the gateway refuses itself never gets here): a 4xx never counts toward ejection (SPEC.md), not even an
-                # overloaded worker's 429 that another worker is asked instead (as Envoy's
-                # consecutive_5xx, which any other answer resets)
+                # it answered (what the gateway refuses itself never gets here): a 4xx never
+                # counts toward ejection (SPEC.md), not even an overloaded worker's 429 that
+                # another worker is asked instead (as Envoy's consecutive_5xx, which any
+                # other answer resets)
                 ups.succeeded(url, ticket)
             if isinstance(exc, errors.GatewayError):
                 note.errors.append(f"{upstream.shown(url)}: {exc.message}"

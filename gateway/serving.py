@@ -206,7 +206,8 @@ class ProtocolEndpoint:
             raise cut
 
     async def _whole(self, t: base.Translator, meta: base.ResponseMeta,
-                     opened: pipeline.Opened, x: Exchange, send: Send, route: routing.Route) -> None:
+                     opened: pipeline.Opened, x: Exchange, send: Send,
+                     route: routing.Route) -> None:
         req = t.request  # `per_token`: each chunk of a folded stream keeps its token
         if opened.more:  # a whole answer asked of a worker that streamed it (gateway.whole)
             done = await folding.folded(self.services.pipeline, route, opened, req, x.request_id,
