@@ -89,6 +89,7 @@ class Health:
     in_flight: int = 0
     queued: float = 0.0  # the worker's own waiting queue, from its /metrics
     shared: board.Standing | None = None  # the last standing shared (gateway.board)
+    born: int = 0  # ticket when this standing began: attempts older than it ended elsewhere
 
     def available(self, now: float) -> bool:
         if self.probe_ok is False:
@@ -116,6 +117,7 @@ class Upstreams:
         self._resolved: dict[str, list[str]] = {}
         self._managed: list[str] = []
         self._counter = itertools.count()
+        self._tickets = itertools.count(1)
         self._all: list[str] = []
         self._static_all: list[str] = []
         # an address a DNS name was expanded to -> that name's authority (`name:port`): the
@@ -131,7 +133,6 @@ class Upstreams:
         self.on_pending: Callable[[], None] = lambda: None  # a static upstream awaits its probe
         self.board: board.Board | None = None  # shared with the other serving processes
         self.wall: affinity.Clock = time.time
-        self._tickets = itertools.count(1)
         self._rebuild()
 
     @property
@@ -185,12 +186,17 @@ class Upstreams:
         self.hosts = hosts
         self._static_all = list(out)
         self._all = out + [u for u in self._managed if u not in out]
-        # managed workers come in gated by their supervisor's probe; static ones await theirs
-        self.health = {u: self.health.get(u) or Health(probe_ok=None if u in out else True)
-                       for u in self._all}
+        # managed workers come in gated by their supervisor's probe; static ones await theirs.
+        # A new standing (an upstream listed again: a worker restarted, an address back in
+        # DNS) owes nothing to attempts begun before it: their verdicts and ends are stale.
+        self.health = {u: self.health.get(u) or self._fresh(u in out) for u in self._all}
         self.ring = affinity.Ring(self._all)
         if self.pending():
             self.on_pending()
+
+    def _fresh(self, static: bool) -> Health:
+        ticket = next(self._tickets)
+        return Health(probe_ok=None if static else True, since=ticket, born=ticket)
 
     def pending(self) -> list[str]:
         """Static upstreams not probed yet."""
@@ -200,6 +206,12 @@ class Upstreams:
         """Upstreams a request may be sent to now (a half-open one counts until its trial)."""
         now = self.clock()
         return [u for u in self._all if self.health[u].available(now)]
+
+    def usable(self, url: str) -> bool:
+        """Whether a request may go to `url` now, as `healthy` counts: a retry checks the
+        order its request was given, which other requests' failures may have made stale."""
+        h = self.health.get(url)
+        return h is not None and h.available(self.clock())
 
     def in_rotation(self) -> list[str]:
         """Upstreams passing their probe and not ejected (half-open ones included): what
@@ -285,7 +297,7 @@ class Upstreams:
         """An attempt is over; a half-open trial that ended without a verdict (its client
         left) lets the next request try."""
         h = self.health.get(url)
-        if h is not None:
+        if h is not None and (ticket is None or ticket >= h.born):
             h.in_flight = max(0, h.in_flight - 1)
             if h.trial and ticket in (None, h.since):
                 h.trial = False

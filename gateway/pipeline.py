@@ -142,21 +142,26 @@ class Pipeline:
     async def _attempt(self, job: Job, order: list[str]) -> Opened:
         """One attempt, on the next upstream in `order`, accounted to that upstream."""
         note, ups = job.note, job.route.upstreams
-        url = order[job.tries % len(order)]
-        job.tries += 1
+        url = self._next(job, order)
+        # Built before the attempt begins: the gateway's own refusal (a chat the model's
+        # template cannot render) sends nothing, so it is no attempt and judges no upstream
+        # (taken for the worker's answer, it restored a half-open one untried and broke a
+        # dead one's run of failures).
+        ureq = self._request(job, url)
         note.attempts += 1
         note.upstream = upstream.shown(url)  # the log line's: no password
         ticket = ups.begin(url)
         try:
-            opened = await self._once(job, url)
+            opened = await self._once(job, url, ureq)
         except BaseException as exc:
             ups.end(url, ticket)
             if isinstance(exc, errors.UpstreamError) and not 400 <= exc.status < 500:
                 ups.failed(url, ticket)
             elif isinstance(exc, errors.GatewayError):
-                # it answered: a 4xx never counts toward ejection (SPEC.md), not even an
-                # overloaded worker's 429 that another worker is asked instead (as Envoy's
-                # consecutive_5xx, which any other answer resets)
+                # it answered (what the gateway refuses itself never gets here): a 4xx never
+                # counts toward ejection (SPEC.md), not even an overloaded worker's 429 that
+                # another worker is asked instead (as Envoy's consecutive_5xx, which any
+                # other answer resets)
                 ups.succeeded(url, ticket)
             if isinstance(exc, errors.GatewayError):
                 note.errors.append(f"{upstream.shown(url)}: {exc.message}"
@@ -169,12 +174,30 @@ class Pipeline:
         opened.url, opened.job, opened.ticket = url, job, ticket
         return opened
 
-    async def _once(self, job: Job, url: str) -> Opened:
-        route, req, note = job.route, job.req, job.note
-        ureq = route.backend.build(req, base.Target(url, route.upstream_model, route.options))
+    @staticmethod
+    def _next(job: Job, order: list[str]) -> str:
+        """The upstream of the next attempt: `order` in turn, but a retry passes over those
+        ejected (or half-open with their one trial out) since the order was made, by other
+        requests' failures meanwhile; where none is left, the turn's (panic, as `order`)."""
+        i, n = job.tries, len(order)
+        if i:
+            usable = job.route.upstreams.usable
+            i = next((j for j in range(i, i + n) if usable(order[j % n])), i)
+        job.tries = i + 1
+        return order[i % n]
+
+    @staticmethod
+    def _request(job: Job, url: str) -> base.UpstreamRequest:
+        route = job.route
+        ureq = route.backend.build(job.req, base.Target(url, route.upstream_model,
+                                                        route.options))
         ureq.headers["x-request-id"] = job.request_id
         if (host := route.upstreams.hosts.get(url)) is not None:
             ureq.headers["host"] = host  # an address its DNS name stands for: the name's Host
+        return ureq
+
+    async def _once(self, job: Job, url: str, ureq: base.UpstreamRequest) -> Opened:
+        route, req, note = job.route, job.req, job.note
         if note.observer is not None:
             ureq.headers.update(note.observer.begin(url))
         # A stream's first byte comes after queueing and prefill; a body's after its whole
@@ -197,19 +220,23 @@ class Pipeline:
         if resp.status >= 400:
             raise route.backend.parse_error(resp.status, await resp.read())
         dec = route.decoder(req, streaming)
-        if not streaming:
-            dec.feed(await resp.read())
-            return Opened(resp, dec, dec.close(), False)
         try:
+            if not streaming:  # one body: all of it is before the client's first byte
+                dec.feed(await resp.read())
+                return Opened(resp, dec, dec.close(), False)
             while data := await resp.read_chunk():
                 if first := dec.feed(data):
                     return Opened(resp, dec, first, True)
             # An answer that ended before its first event fails the same way, whether its
-            # bytes failed on a read or at the end: e.g. trtllm-serve's `null` with HTTP 200
-            # when its executor fails (openai_server.py openai_chat: CppExecutorError).
+            # bytes failed on a read or at the end, streamed or one body: e.g. trtllm-serve's
+            # `null` with HTTP 200 when its executor fails (openai_server.py openai_chat:
+            # CppExecutorError), a connection reset inside a body.
             return Opened(resp, dec, dec.close(), False)
         except errors.UpstreamBroken as exc:  # nothing reached the client: another may serve
-            raise errors.UpstreamUnavailable(exc.message, detail=exc.detail) from exc
+            # (its status kept: an answer that broke or made no sense is a 502 once no other
+            # upstream does better)
+            raise errors.UpstreamUnavailable(exc.message, status=exc.status,
+                                             detail=exc.detail) from exc
 
     async def stream(self, opened: Opened, deliver: pump.Deliver, drain: pump.Drain) -> None:
         """Every batch of a streamed answer to `deliver` (False: wait for `drain` before the

@@ -23,6 +23,7 @@ from gateway import (
     config,
     deadline,
     exchange,
+    folding,
     observability,
     peer,
     pipeline,
@@ -147,7 +148,7 @@ class ProtocolEndpoint:
             if req.stream:
                 await self._stream(t, meta, opened, x, client)
             else:
-                await self._whole(t, meta, opened, x, client.send)
+                await self._whole(t, meta, opened, x, client.send, route)
         finally:  # however it ended: the upstream closed, its in-flight count ended
             await opened.close(route.upstreams)
 
@@ -205,19 +206,14 @@ class ProtocolEndpoint:
             raise cut
 
     async def _whole(self, t: base.Translator, meta: base.ResponseMeta,
-                     opened: pipeline.Opened, x: Exchange, send: Send) -> None:
+                     opened: pipeline.Opened, x: Exchange, send: Send,
+                     route: routing.Route) -> None:
         req = t.request  # `per_token`: each chunk of a folded stream keeps its token
-        done = canonical.Completion.fold(() if opened.more else opened.first,
-                                         req.choice_count, req.per_token)
         if opened.more:  # a whole answer asked of a worker that streamed it (gateway.whole)
-            def fold(batch: list[ev.Event]) -> bool:
-                for e in batch:
-                    done.add(e)
-                return True
-
-            # as a stream is relayed: continued on another worker if this one fails after
-            # its first byte (nothing has reached the client yet either way)
-            await self.services.pipeline.stream(opened, fold, _nothing_to_drain)
+            done = await folding.folded(self.services.pipeline, route, opened, req, x.request_id,
+                                        x.note)
+        else:
+            done = canonical.Completion.fold(opened.first, req.choice_count, req.per_token)
         x.usage = done.usage
         x.finish_reasons = [c.finish.reason for c in done.choices if c.finish is not None]
         out = t.render(done, meta)
@@ -254,10 +250,6 @@ def _start(status: int, media_type: str, extra: dict[str, str], x: Exchange) -> 
         hdrs += [(k.encode(), v.encode()) for k, v in extra.items()]
     x.status, x.head_sent = status, True
     return {"type": "http.response.start", "status": status, "headers": hdrs}
-
-
-async def _nothing_to_drain() -> None:
-    """A whole answer's fold takes every batch at once: never behind."""
 
 
 def _callers(exc: errors.GatewayError) -> bool:

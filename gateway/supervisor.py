@@ -191,7 +191,11 @@ class ManagedWorker:
             await asyncio.sleep(HEALTH_PERIOD_SECONDS)
             ok = await upstream.probe(self.client, health, timeout=2.0) == 200
             failures = 0 if ok else failures + 1
-            if ok and not self.healthy.is_set():
+            if ok and self.healthy.is_set():
+                # as for a static upstream (gateway.health): a passing probe of a worker
+                # whose ejection is over stands for its half-open trial
+                self.route.upstreams.probed(self.url, True)
+            elif ok:
                 self.route.upstreams.add(self.url)
                 self.healthy.set()
                 self._log.info("worker_healthy")

@@ -378,3 +378,71 @@ async def test_a_dns_named_upstream_is_asked_with_its_name_as_host() -> None:
                     await asyncio.sleep(0.02)
     assert by_address.calls.last.request.headers["host"] == "localhost:8000"
     assert all(c.request.headers["host"] == "localhost:8000" for c in by_name.calls)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("body", [
+    Broken([b'{"id":"c",']),  # the connection reset inside the one body
+    b"null",  # trtllm-serve's 200 when its executor fails (openai_server.py openai_chat)
+], ids=["reset", "null"])
+async def test_a_whole_body_that_fails_before_the_client_saw_a_byte_is_retried(
+        body: Any) -> None:
+    """A worker asked for one body (a small `max_tokens`: not asked as a stream) that fails
+    while it is read: nothing reached the client, so another upstream is asked, as for a
+    stream that fails before its first event (SPEC.md: a worker down before the first byte is
+    retried on another upstream)."""
+    with respx.mock(assert_all_called=False) as r:
+        healthy(r)
+        bad = r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, **({"stream": body} if isinstance(body, Broken) else {"content": body})))
+        r.post(f"{UP2}/v1/chat/completions").mock(side_effect=worker_ok)
+        resp = await call(r, {**CHAT, "max_tokens": 5})
+    assert bad.call_count == 1
+    assert resp.status_code == 200
+    assert resp.json()["choices"][0]["message"]["content"] == "Hello"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("failover", [0, 1])
+async def test_a_whole_answer_cut_mid_way_that_cannot_be_continued_is_asked_again(
+        failover: int) -> None:
+    """A whole answer asked of the worker as a stream (gateway.whole) that breaks after some
+    text, where no continuation can carry it on (`response_format`: continuation.plain; or
+    `server.failover_attempts: 0`): nothing reached the client yet, so the request is asked
+    again from its start on another upstream, as any failure before the client's first byte
+    is (SPEC.md: retried on another upstream, bounded), never a 502 while another serves."""
+    cut = SSE_OK.split(b"\n\n")[1] + b"\n\n"  # the worker's first text, then a reset
+
+    def first(request: httpx.Request) -> httpx.Response:
+        assert orjson.loads(request.content)["stream"] is True
+        return httpx.Response(200, stream=Broken([cut]),
+                              headers={"content-type": "text/event-stream"})
+
+    with respx.mock(assert_all_called=False) as r:
+        healthy(r)
+        bad = r.post(f"{UP1}/v1/chat/completions").mock(side_effect=first)
+        good = r.post(f"{UP2}/v1/chat/completions").mock(side_effect=worker_ok)
+        body = {**CHAT, "response_format": {"type": "json_object"}} if failover else CHAT
+        resp = await call(r, body, make_config(failover_attempts=failover))
+    assert (bad.call_count, good.call_count) == (1, 1)
+    assert resp.status_code == 200
+    assert resp.json()["choices"][0]["message"]["content"] == "Hello"
+    assert resp.json()["usage"]["completion_tokens"] == 1
+
+
+@pytest.mark.anyio
+async def test_a_whole_answer_cut_on_the_only_upstream_is_the_workers_failure() -> None:
+    """The same cut with no other upstream: the worker's failure (502) is the answer, not a
+    503 for want of another upstream to ask, and the worker is asked once."""
+    cut = SSE_OK.split(b"\n\n")[1] + b"\n\n"
+    cfg = config.Config.model_validate({
+        "server": {"failover_attempts": 0}, "default_model": "demo",
+        "models": [{"name": "demo", "backend": "vllm", "upstreams": [UP1]}]})
+    with respx.mock(assert_all_called=False) as r:
+        healthy(r)
+        bad = r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=Broken([cut]), headers={"content-type": "text/event-stream"}))
+        resp = await call(r, CHAT, cfg)
+    assert bad.call_count == 1
+    assert resp.status_code == 502
+    assert resp.json()["error"]["message"] == upstream.BROKE_OFF

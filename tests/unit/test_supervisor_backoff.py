@@ -64,3 +64,32 @@ def test_a_workers_credential_flags_are_masked_in_its_start_line() -> None:
     assert supervisor.shown(argv) == [
         "vllm", "serve", "org/m", "--api-key", "***", "--hf-token=***", "--port", "8001",
         "--tokenizer", "org/tok", "--ssl-keyfile", "k.pem", "--max-num-seqs", "4"]
+
+
+@pytest.mark.anyio
+async def test_a_managed_worker_ejected_once_is_restored_by_its_probe_without_traffic(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A managed worker (the sidecar topology's one upstream) ejected by failing requests:
+    once the backoff is over, its supervisor's passing probe restores it, as the active probe
+    does a static upstream (SPEC.md: ejected, then tried again half-open). Without it, with no
+    request to try it (a pod out of its Service gets none), `gateway_upstream_healthy` (what
+    `in_service` counts) said 0 for a worker that /health counted and that was serving fine."""
+    monkeypatch.setattr(supervisor, "HEALTH_PERIOD_SECONDS", 0.02)
+    cfg = config.Config.model_validate({
+        "server": {"health": {"eject_after": 1, "backoff": 0.05}},
+        "models": [{"name": "demo"}], "workers": [{"kind": "simulator", "model": "demo"}]})
+    sup = supervisor.Supervisor(cfg, routing.Router(cfg), Healthy())  # type: ignore[arg-type]
+    worker = sup.workers[0]
+    ups = worker.route.upstreams
+    task = asyncio.ensure_future(worker.watch())
+    try:
+        async with asyncio.timeout(5):
+            await worker.healthy.wait()
+            assert ups.failed(worker.url, ups.begin(worker.url)) is True
+            ups.end(worker.url)
+            assert ups.in_service() == []
+            while ups.in_service() != [worker.url]:
+                await asyncio.sleep(0.02)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -180,6 +180,40 @@ def test_failures_already_in_flight_at_the_ejection_eject_it_once() -> None:
     assert ups.health[a].failures == 0
 
 
+def test_an_upstream_listed_again_owes_nothing_to_attempts_on_its_earlier_listing() -> None:
+    """A managed worker taken out (its probes failed) while requests ran on it, then gated in
+    again once it recovered (or an address gone from DNS and back): those requests' ends and
+    failures belong to the earlier listing. Counted on the new one, they ejected a worker that
+    served every request since, and their ends took the new requests' places in its in-flight
+    count (least_request then sent it more than its share)."""
+    ups, _ = ups_with_clock(1)
+    w = "http://127.0.0.1:8101"
+    ups.add(w)
+    old = [ups.begin(w) for _ in range(3)]
+    ups.remove(w)
+    ups.add(w)
+    new = [ups.begin(w) for _ in range(2)]
+    for ticket in old:
+        ups.end(w, ticket)
+        ups.failed(w, ticket)
+    assert ups.health[w].in_flight == 2 and ups.health[w].failures == 0
+    assert w in ups.healthy() and w in ups.in_service()
+    for ticket in new:
+        ups.succeeded(w, ticket)
+        ups.end(w, ticket)
+    assert ups.health[w].in_flight == 0
+
+    dns = balancer.Upstreams(("http://workers:8000",), "round_robin",
+                             config.HealthConfig(eject_after=1))
+    a, b = "http://10.1.0.1:8000", "http://10.1.0.2:8000"
+    dns.resolved("http://workers:8000", [a, b])
+    ticket = dns.begin(a)
+    dns.resolved("http://workers:8000", [b])
+    dns.resolved("http://workers:8000", [a, b])  # back, probed afresh
+    dns.probed(a, True)
+    assert dns.failed(a, ticket) is False and a in dns.healthy()
+
+
 def test_a_4xx_never_counts_toward_ejection() -> None:
     """Through the pipeline: a worker answering 400 stays in rotation; one refusing
     connections is ejected after three tries and then costs requests nothing."""
