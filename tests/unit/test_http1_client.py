@@ -31,22 +31,36 @@ class Server:
         self.eofs = 0
         self.closed = asyncio.Event()
         self.server: asyncio.Server | None = None
+        self.handlers: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> str:
         async def run(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             self.connections += 1
+            task = asyncio.current_task()
+            assert task is not None
+            self.handlers.add(task)
             try:
                 await self.handler(r, w)
+            except asyncio.CancelledError:
+                # ended by __aexit__; a handler task that ends cancelled makes 3.11's
+                # StreamReaderProtocol log "Exception in callback" (it asks its exception())
+                pass
             finally:
                 w.close()
+                self.handlers.discard(task)
 
         self.server = await asyncio.start_server(run, "127.0.0.1", 0)
         port = self.server.sockets[0].getsockname()[1]
         return f"http://127.0.0.1:{port}"
 
     async def __aexit__(self, *exc: object) -> None:
+        """Closed, and its handlers still running (a worker that keeps its connection open)
+        ended here, not cancelled as the test's loop closes."""
         assert self.server is not None
         self.server.close()
+        for task in self.handlers:
+            task.cancel()
+        await asyncio.gather(*self.handlers, return_exceptions=True)
 
     async def until_eof(self, r: asyncio.StreamReader) -> None:
         """Wait (bounded) for the client to close: what a worker sees as an abort."""
