@@ -161,8 +161,19 @@ class ManagedWorker:
             await asyncio.wait([pump], timeout=1)
 
     async def _pump(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
-        async for line in proc.stdout:
+        """The worker's output to the log, line by line, until it closes. A line over the
+        reader's limit (64 KiB) is dropped, not the end of the pump: a pump that ended left the
+        pipe unread, and a worker whose pipe is full blocks on its next write."""
+        out = proc.stdout
+        assert out is not None
+        while True:
+            try:
+                line = await out.readline()
+            except ValueError:  # asyncio.StreamReader.readline: over the limit, dropped
+                self._log.info("worker_output", line="(a line over 64 KiB, dropped)")
+                continue
+            if not line:
+                return
             self._log.info("worker_output", line=line.decode("utf-8", "replace").rstrip())
 
     async def watch(self) -> None:

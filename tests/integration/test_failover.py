@@ -360,10 +360,13 @@ default_model: demo
 models: [{{name: demo, backend: vllm, upstreams: [{sim_url}]}}]
 """)
     try:
-        bad = httpx.post(url + "/v1/chat/completions", timeout=10, json={
-            "model": "demo", "messages": [{"role": "user", "content": "x [[sim fail=503]]"}]})
-        assert bad.status_code >= 500
-        assert httpx.get(url + "/health", timeout=5).status_code == 503  # ejected
+        # one client for both: /health must come within the 1 s ejection, and a new client
+        # (httpx.get) builds a TLS context first, a tenth of a second on a loaded runner
+        with httpx.Client(timeout=10) as client:
+            bad = client.post(url + "/v1/chat/completions", json={
+                "model": "demo", "messages": [{"role": "user", "content": "x [[sim fail=503]]"}]})
+            assert bad.status_code >= 500
+            assert client.get(url + "/health").status_code == 503  # ejected
         seen, gauge = [], ""
         for _ in range(40):  # bounded: 4 s for a 1 s backoff and a 0.5 s probe period
             seen.append(httpx.get(url + "/health", timeout=5).status_code)

@@ -151,6 +151,33 @@ def scripted(monkeypatch: pytest.MonkeyPatch, script: str, client: Probes, **ent
     return worker
 
 
+@pytest.mark.anyio
+async def test_a_worker_line_over_the_pipe_limit_does_not_stop_its_output(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that prints a line longer than the output reader's 64 KiB limit (a config dump
+    on one line): the lines after it still reach the log. The pump used to end on it, leaving
+    the pipe unread (a worker blocks once its pipe is full) and its ValueError to asyncio's
+    "Task exception was never retrieved"."""
+    worker = scripted(monkeypatch, "import sys, time\n"
+                                   "print('x' * 200000, flush=True)\n"
+                                   "print('y' * 100000 + '\\n' + 'x' * 100000, flush=True)\n"
+                                   "for i in range(2000):\n"
+                                   "    print('after', i, 'z' * 100, flush=True)\n"
+                                   "time.sleep(60)\n", Probes(200))
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.ensure_future(worker.run())
+        try:
+            async with asyncio.timeout(20):
+                while not any(e.get("line", "").startswith("after 1999 ") for e in logs):
+                    await asyncio.sleep(0.02)
+        finally:
+            await worker.stop(grace=1.0)
+            await asyncio.wait_for(task, 5)
+    lines = [e["line"] for e in logs if e["event"] == "worker_output"]
+    assert [line for line in lines if line.startswith("after")] == [
+        f"after {i} {'z' * 100}" for i in range(2000)]
+
+
 # Prints its own pid and that of a child in its process group, then sleeps.
 _FAMILY = ("import os, signal, subprocess, sys, time\n"
            "{setup}\n"

@@ -5,11 +5,60 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from gateway.deadline import Deadline, timeouts
+from gateway.deadline import Deadline, IdleWatchdog, Timeouts, timeouts
+
+
+class ManualHandle:
+    """A timer handle of `ManualClock`."""
+
+    def __init__(self, when: float, callback: Callable[[], object]):
+        self.due = when
+        self.callback = callback
+        self.done = False
+
+    def when(self) -> float:
+        return self.due
+
+    def cancel(self) -> None:
+        self.done = True
+
+
+class ManualClock:
+    """The part of an event loop that `Timeouts` and `IdleWatchdog` use (`time`, `call_at`),
+    on a clock that moves only when `advance` moves it, running what falls due in order."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.handles: list[ManualHandle] = []  # every one made, in order
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any) -> ManualHandle:
+        handle = ManualHandle(when, functools.partial(callback, *args))
+        self.handles.append(handle)
+        return handle
+
+    def is_closed(self) -> bool:
+        return True  # `timeouts` may drop its queues: the tests hold their own
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
+        raise AssertionError(context)
+
+    def advance(self, seconds: float) -> None:
+        """On to `seconds` later, running each handle due meanwhile at its time, in order."""
+        end = self.now + seconds
+        while due := [h for h in self.handles if not h.done and h.due <= end]:
+            handle = min(due, key=ManualHandle.when)
+            self.now = max(self.now, handle.due)
+            handle.done = True
+            handle.callback()
+        self.now = end
 
 
 def test_a_block_past_its_deadline_raises_timeout_and_the_task_is_not_left_cancelled() -> None:
@@ -57,10 +106,19 @@ def test_an_outer_cancellation_at_the_same_time_as_the_deadline_wins() -> None:
     async def main() -> None:
         task = asyncio.current_task()
         assert task is not None
-        with Deadline(0.01):
-            # due with the deadline: both cancellations land before the task runs again
-            asyncio.get_running_loop().call_later(0.01, task.cancel)
-            await asyncio.sleep(5)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        loop.time = lambda: now  # type: ignore[method-assign]
+        try:
+            # due at the very time of the deadline (read from one clock reading: a stall
+            # between the two could put them in different turns of the loop), so both
+            # cancellations land before the task runs again
+            with Deadline(0.01):
+                loop.call_later(0.01, task.cancel)
+                del loop.time
+                await asyncio.sleep(5)
+        finally:
+            loop.__dict__.pop("time", None)
 
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(main())
@@ -74,34 +132,24 @@ def test_outside_a_task_it_refuses() -> None:
 
 def test_timeouts_of_one_delay_share_one_timer_and_fire_in_order_unless_cancelled() -> None:
     """A thousand callbacks armed with one delay: one timer handle at a time, the cancelled
-    ones never called, a re-armed one restarted, every other one called once, in order."""
-
-    async def main() -> tuple[list[int], int]:
-        loop = asyncio.get_running_loop()
-        handles = 0
-        call_at = loop.call_at
-
-        def counting(when: float, fn: Any, *args: Any, **kw: Any) -> asyncio.TimerHandle:
-            nonlocal handles
-            handles += fn == queue._fire  # noqa: SLF001 - the queue's own handles only
-            return call_at(when, fn, *args, **kw)
-
-        queue = timeouts(loop, 0.05)
-        loop.call_at = counting  # type: ignore[method-assign]
-        called: list[int] = []
-        for i in range(1000):
-            queue.arm(i, functools.partial(called.append, i))
-            if i % 2:
-                queue.cancel(i)
-        assert handles == 1
-        await asyncio.sleep(0.02)
-        queue.arm(0, functools.partial(called.append, -1))  # restarted: due last
-        await asyncio.sleep(0.2)
-        return called, handles
-
-    called, handles = asyncio.run(asyncio.wait_for(main(), 5))
+    ones never called, a re-armed one restarted, every other one called once, in order.
+    On a manual clock: on the loop's, a machine that stalls the test past the delay before
+    it re-arms (a loaded CI runner) made the re-armed one fall due with the first."""
+    clock = ManualClock()
+    queue = Timeouts(clock, 0.05)  # type: ignore[arg-type]
+    called: list[int] = []
+    for i in range(1000):
+        queue.arm(i, functools.partial(called.append, i))
+        if i % 2:
+            queue.cancel(i)
+    assert len(clock.handles) == 1
+    clock.advance(0.02)
+    queue.arm(0, functools.partial(called.append, -1))  # restarted: due last, at 0.07
+    clock.advance(0.04)  # 0.06: all but the restarted one
+    assert called == list(range(2, 1000, 2))
+    clock.advance(0.2)
     assert called == [i for i in range(2, 1000, 2)] + [-1]
-    assert handles <= 3  # the first, the one re-armed after the others fell due, no more
+    assert len(clock.handles) == 2  # the first, the one re-armed after the others fell due
 
 
 def test_timeouts_are_kept_per_loop_and_delay() -> None:
@@ -140,31 +188,33 @@ def test_a_callback_armed_by_a_firing_one_still_fires() -> None:
 
 def test_the_idle_watchdog_fires_idle_after_the_last_activity_not_before() -> None:
     """Silent from the start: it fires at `idle` (the first check shares the loop's handle for
-    that delay). Active until midway: it fires `idle` after the last activity. Cancelled: never."""
-    from gateway.deadline import IdleWatchdog
+    that delay). Active until midway: it fires `idle` after the last activity. Cancelled: never.
+    On a manual clock, so the times are exact: on the loop's, a stalled machine ran the checks
+    late and failed the upper bounds."""
+    async def main() -> None:  # a watchdog takes the task it is made in
+        watch(ManualClock())
 
-    async def main() -> tuple[float, float, bool]:
-        loop = asyncio.get_running_loop()
-        fired: dict[str, float] = {}
-        start = loop.time()
-        silent = IdleWatchdog(loop, 0.2, lambda: fired.setdefault("silent", loop.time()))
-        silent.waiting = True
-        active = IdleWatchdog(loop, 0.2, lambda: fired.setdefault("active", loop.time()))
-        active.waiting = True
-        gone = IdleWatchdog(loop, 0.2, lambda: fired.setdefault("gone", loop.time()))
-        gone.waiting = True
-        gone.cancel()
-        await asyncio.sleep(0.15)
-        active.last = loop.time()  # a chunk came
-        await asyncio.sleep(0.5)
-        for dog in (silent, active):
-            dog.cancel()
-        return fired["silent"] - start, fired["active"] - start, "gone" in fired
+    asyncio.run(main())
 
-    silent_at, active_at, gone = asyncio.run(asyncio.wait_for(main(), 5))
-    assert 0.19 <= silent_at < 0.3
-    assert 0.34 <= active_at < 0.45
-    assert not gone
+
+def watch(clock: ManualClock) -> None:
+    fired: dict[str, float] = {}
+    loop: Any = clock
+    silent = IdleWatchdog(loop, 0.2, lambda: fired.setdefault("silent", clock.now))
+    silent.waiting = True
+    active = IdleWatchdog(loop, 0.2, lambda: fired.setdefault("active", clock.now))
+    active.waiting = True
+    gone = IdleWatchdog(loop, 0.2, lambda: fired.setdefault("gone", clock.now))
+    gone.waiting = True
+    gone.cancel()
+    clock.advance(0.15)
+    active.last = clock.time()  # a chunk came
+    clock.advance(0.1)
+    assert fired == {"silent": pytest.approx(0.2)}
+    clock.advance(0.4)
+    for dog in (silent, active):
+        dog.cancel()
+    assert fired == {"silent": pytest.approx(0.2), "active": pytest.approx(0.35)}
 
 
 def test_a_failing_callback_does_not_keep_the_others_due_with_it_from_running() -> None:

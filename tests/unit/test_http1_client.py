@@ -31,22 +31,36 @@ class Server:
         self.eofs = 0
         self.closed = asyncio.Event()
         self.server: asyncio.Server | None = None
+        self.handlers: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> str:
         async def run(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             self.connections += 1
+            task = asyncio.current_task()
+            assert task is not None
+            self.handlers.add(task)
             try:
                 await self.handler(r, w)
+            except asyncio.CancelledError:
+                # ended by __aexit__; a handler task that ends cancelled makes 3.11's
+                # StreamReaderProtocol log "Exception in callback" (it asks its exception())
+                pass
             finally:
                 w.close()
+                self.handlers.discard(task)
 
         self.server = await asyncio.start_server(run, "127.0.0.1", 0)
         port = self.server.sockets[0].getsockname()[1]
         return f"http://127.0.0.1:{port}"
 
     async def __aexit__(self, *exc: object) -> None:
+        """Closed, and its handlers still running (a worker that keeps its connection open)
+        ended here, not cancelled as the test's loop closes."""
         assert self.server is not None
         self.server.close()
+        for task in self.handlers:
+            task.cancel()
+        await asyncio.gather(*self.handlers, return_exceptions=True)
 
     async def until_eof(self, r: asyncio.StreamReader) -> None:
         """Wait (bounded) for the client to close: what a worker sees as an abort."""
@@ -222,9 +236,11 @@ async def test_an_interim_answer_is_skipped_and_the_final_status_wins(interim: b
 
 async def test_unfinished_body_closed_and_cancelled_request_close_the_connection() -> None:
     srv: Server
+    arrived = asyncio.Event()
 
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         await read_request(r)
+        arrived.set()
         if srv.connections == 1:
             w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
         await srv.until_eof(r)
@@ -238,8 +254,10 @@ async def test_unfinished_body_closed_and_cancelled_request_close_the_connection
         async with asyncio.timeout(5):
             await srv.closed.wait()
         srv.closed.clear()
+        arrived.clear()
         task = asyncio.ensure_future(client.send(post(url)))  # no status line comes
-        await asyncio.sleep(0.1)
+        async with asyncio.timeout(5):
+            await arrived.wait()  # the request is at the worker, waiting for its answer
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -340,9 +358,11 @@ async def test_reading_pauses_while_the_reader_lags() -> None:
     async with Server(handler) as url:
         client = http1.Http1Client(2.0)
         resp = await client.send(post(url))
-        await asyncio.sleep(0.2)  # the server has written all it can; we have read nothing
         conn = resp._conn
-        assert conn.paused and conn.buffered < 4 * http1.HIGH_WATER
+        async with asyncio.timeout(5):  # we read nothing: the client stops reading
+            while not conn.paused:
+                await asyncio.sleep(0.01)
+        assert conn.buffered < 4 * http1.HIGH_WATER
         assert await resp.read() == body
         await resp.aclose()
         await client.aclose()

@@ -190,7 +190,7 @@ async def test_failovers_and_ejections_per_upstream() -> None:
         s = Scraper(r)
         ups = s.app.state.services.router.routes["demo"].upstreams
         async with s.app.router.lifespan_context(s.app), s.client:
-            await asyncio.sleep(0.05)  # the first probe, at start
+            await harness.probed(s.app)
             b = await s.scrape()
             metrics.failover("demo", UP2)
             while not ups.failed(UP1):  # ejected: the listener counts it

@@ -75,6 +75,15 @@ def healthy(router: respx.MockRouter) -> None:
         return_value=httpx.Response(200))
 
 
+async def probed(app: Any) -> None:
+    """Until the gateway `app` has the first probe's verdict on every static upstream (bounded):
+    they are probed as it starts, and /health and the health gauge count none before that."""
+    routes = app.state.services.router.routes.values()
+    async with asyncio.timeout(5):
+        while any(route.upstreams.pending() for route in routes):
+            await asyncio.sleep(0.01)
+
+
 async def call(router: respx.MockRouter, body: dict[str, Any] | bytes,
                cfg: config.Config | None = None, headers: dict[str, str] | None = None,
                path: str = "/v1/chat/completions") -> httpx.Response:
@@ -257,7 +266,7 @@ async def test_status_routes_and_their_auth() -> None:
     with respx.mock(assert_all_called=False) as r:
         healthy(r)
         async with app.router.lifespan_context(app):
-            await asyncio.sleep(0.05)  # the first probe, at start
+            await probed(app)
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                          base_url="http://gw") as client:
                 health = await client.get("/health")

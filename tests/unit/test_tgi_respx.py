@@ -5,7 +5,6 @@ the Messages API's placeholder models, and the status routes."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -148,7 +147,7 @@ async def get(path: str, cfg: config.Config) -> httpx.Response:
     with respx.mock(assert_all_called=False) as r:
         test_pipeline_respx.healthy(r)
         async with app.router.lifespan_context(app):
-            await asyncio.sleep(0.05)  # the first probe, at start
+            await test_pipeline_respx.probed(app)
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                          base_url="http://gw") as client:
                 return await client.get(path)
