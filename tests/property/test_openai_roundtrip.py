@@ -93,6 +93,11 @@ completion_request = st.fixed_dictionaries(
 def _fix_top_logprobs(d: dict[str, Any]) -> dict[str, Any]:
     if d.get("logprobs") is True:
         d["top_logprobs"] = 2
+    # a tool choice other than "none" names one of the tools (vLLM's check_tool_usage)
+    choice = d.get("tool_choice")
+    if choice is not None and choice != "none":
+        name = choice["function"]["name"] if isinstance(choice, dict) else "f"
+        d["tools"] = [*d.get("tools", ()), {"type": "function", "function": {"name": name}}]
     return d
 
 
