@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from adapters.frontends import openai_parse
+from adapters.frontends import openai_parse, tgi_chat
 from schemas import errors
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -74,4 +74,14 @@ def test_auto_with_an_empty_tool_list_sends_no_choice() -> None:
     """vLLM protocol.py check_tool_usage takes `tools: []` with "auto" (no tool to call):
     nothing is forwarded that a worker would refuse for want of `tools`."""
     req = openai_parse.chat_request(_chat(tools=[], tool_choice="auto"))
+    assert req.tools is None and req.tool_choice is None
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", "g"])
+def test_tgi_clients_tool_choice_without_tools_is_ignored(choice: str) -> None:
+    """TGI reads a tool choice only with tools (huggingface/text-generation-inference
+    router/src/lib.rs `try_into_generate`: `if let Some(tools) = tools { ToolGrammar::apply
+    ... }`, else plain chat): a TGI client's request is answered plainly, not refused as vLLM
+    refuses it."""
+    req = tgi_chat.chat_request({"model": "tgi", "messages": MESSAGES, "tool_choice": choice})
     assert req.tools is None and req.tool_choice is None
