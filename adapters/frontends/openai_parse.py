@@ -68,6 +68,8 @@ def _common(raw: wire.CommonRequest) -> canonical.InferenceRequest:
         f["length_penalty"], f["seed"], [stop] if isinstance(stop, str) else list(stop or []),
         list(f["stop_token_ids"] or []), f["ignore_eos"], None, f["n"] or 1, f["best_of"], None,
         f["logit_bias"], f["truncate_prompt_tokens"], None, f["skip_special_tokens"])
+    if "" in s.stop:  # vLLM sampling_params.py _verify_args
+        raise errors.InvalidRequest("`stop` cannot contain an empty string", field="stop")
     if options is not None and not f["stream"]:
         raise errors.InvalidRequest(
             "`stream_options` is only allowed when `stream` is true", field="stream_options"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from adapters.frontends import openai_parse, tgi_chat
+from adapters.frontends import lmi_params, openai_parse, tgi_chat
 from schemas import errors
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -85,3 +85,23 @@ def test_tgi_clients_tool_choice_without_tools_is_ignored(choice: str) -> None:
     refuses it."""
     req = tgi_chat.chat_request({"model": "tgi", "messages": MESSAGES, "tool_choice": choice})
     assert req.tools is None and req.tool_choice is None
+
+
+@pytest.mark.parametrize("stop", ["", ["done", ""]])
+def test_an_empty_stop_string_is_refused(stop: Any) -> None:
+    """vLLM sampling_params.py `_verify_args`: "stop cannot contain an empty string." (a 400);
+    forwarded, a worker that matches stop strings itself would stop at once."""
+    for parse, body in ((openai_parse.chat_request, _chat(stop=stop)),
+                        (openai_parse.completion_request, {"prompt": "p", "stop": stop})):
+        with pytest.raises(errors.InvalidRequest) as info:
+            parse(body)
+        assert info.value.field == "stop" and "empty string" in info.value.message
+
+
+def test_lmi_empty_stop_sequence_is_refused() -> None:
+    """DJL's vLLM handler passes `stop_sequences` to vLLM's SamplingParams as `stop`
+    (vllm_rolling_batch.py translate_vllm_params), which refuses an empty string."""
+    with pytest.raises(errors.InvalidRequest) as info:
+        lmi_params.inputs_request({"inputs": "Hi", "parameters": {"stop_sequences": ["a", ""]}},
+                                  False, False)
+    assert info.value.field == "parameters.stop_sequences"
