@@ -97,7 +97,8 @@ class CommonRequest(SamplingExtras):
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None
     max_tokens: int | None = Field(default=None, ge=1, le=2**63 - 1)
-    n: int = Field(default=1, ge=1, le=128)
+    # null is 1, as vLLM's `n: Optional[int] = 1` and OpenAI's "integer or null"
+    n: int | None = Field(default=1, ge=1, le=128)
     seed: Int | None = None
     stop: str | list[str] | None = None
     stream: bool | None = False

@@ -127,7 +127,8 @@ _COMMON: dict[str, params.Rule] = {
     "length_penalty": Refuse("TGI has no beam search", noop=1.0),
     "num_beams": Refuse("TGI has no beam search", noop=1),
     "logit_bias": Refuse("TGI ignores `logit_bias`"),
-    "seed": Send("seed"),
+    # lib.rs `seed: Option<u64>`: a negative 64-bit seed (vLLM's range) as its u64 bits
+    "seed": Translate(lambda v: {"seed": v % 2**64}),
     "frequency_penalty": Send("frequency_penalty"),
     "skip_special_tokens": Drop("TGI always skips special tokens in its text", noop=True),
     "parallel_tool_calls": Drop("TGI calls one tool at a time"),

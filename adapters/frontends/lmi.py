@@ -58,7 +58,7 @@ class LmiFrontend:
     """One frontend for both inference routes; the body picks the schema (`LmiState`)."""
 
     def parse(self, body: bytes, ctx: base.RequestContext) -> LmiTranslator:
-        data = validation.load_object(body)
+        data = _load(body, ctx.headers.get("content-type"))
         name = ctx.path_params.get("model")  # /predictions/{model}; None: the default model
         lmi: dict[str, Any] = dict(ctx.model_options(name).get("lmi") or {})
         sse = lmi.get("output_formatter") == "sse"
@@ -84,6 +84,28 @@ class LmiFrontend:
         use, when it got that far (lmi_render.SchemaNote), else the 424 body."""
         note = base.note_of(exc, lmi_render.SchemaNote)
         return lmi_render.render_error(exc, note.state if note is not None else None)
+
+
+# DJL encode_decode.py `decode`: a text body is the input itself, a list of one under
+# text/plain (the dynamic-batch schema), the string under a form type (what curl -d sends).
+_TEXT_BODIES = {"text/plain": True, "application/x-www-form-urlencoded": False}
+
+
+def _load(body: bytes, ctype: str | None) -> dict[str, Any]:
+    """The body as a JSON object; a text body that is not one, under a text type, as DJL
+    reads it. (DJL reads JSON only under a JSON type; a JSON object here is JSON whatever its
+    type, as a browser's fetch sends JSON text as text/plain.)"""
+    try:
+        return validation.load_object(body)
+    except errors.InvalidRequest:
+        listed = _TEXT_BODIES.get((ctype or "").split(";", 1)[0].strip().lower())
+        if listed is None:
+            raise
+        try:
+            text = body.decode()
+        except UnicodeDecodeError:
+            raise errors.InvalidRequest("Request body is not valid UTF-8 text") from None
+        return {"inputs": [text] if listed else text}
 
 
 def _inputs_request(data: dict[str, Any], tgi_compat: bool,

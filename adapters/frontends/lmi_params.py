@@ -202,10 +202,13 @@ def greedy(p: wire.GenerationParameters) -> bool:
 
 def _stop(p: wire.GenerationParameters) -> list[str]:
     out: list[str] = []
-    for value in (p.stop_sequences, p.stop):
+    for name, value in (("stop_sequences", p.stop_sequences), ("stop", p.stop)):
         if isinstance(value, str):
-            out.append(value)
-        elif isinstance(value, list):
+            value = [value]
+        if isinstance(value, list):
+            if "" in value:  # vLLM sampling_params.py _verify_args, where DJL sends them
+                raise errors.InvalidRequest(f"`{name}` cannot contain an empty string",
+                                            field=f"parameters.{name}")
             out.extend(value)
         elif value is True:
             raise errors.InvalidRequest(

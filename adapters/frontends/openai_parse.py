@@ -29,7 +29,7 @@ def chat_request(data: dict[str, Any]) -> canonical.InferenceRequest:
         )
     if f["tools"]:
         req.tools = [_tool(t) for t in f["tools"]]
-    req.tool_choice = _tool_choice(f["tool_choice"])
+    req.tool_choice = _tool_choice(f["tool_choice"], f["tools"], req.tools)
     req.parallel_tool_calls = f["parallel_tool_calls"]
     req.response_format = f["response_format"]
     req.reasoning_effort = f["reasoning_effort"]
@@ -66,8 +66,10 @@ def _common(raw: wire.CommonRequest) -> canonical.InferenceRequest:
         f["max_tokens"], f["min_tokens"], f["temperature"], f["top_p"], f["top_k"], f["min_p"],
         f["typical_p"], f["repetition_penalty"], f["presence_penalty"], f["frequency_penalty"],
         f["length_penalty"], f["seed"], [stop] if isinstance(stop, str) else list(stop or []),
-        list(f["stop_token_ids"] or []), f["ignore_eos"], None, f["n"], f["best_of"], None,
+        list(f["stop_token_ids"] or []), f["ignore_eos"], None, f["n"] or 1, f["best_of"], None,
         f["logit_bias"], f["truncate_prompt_tokens"], None, f["skip_special_tokens"])
+    if "" in s.stop:  # vLLM sampling_params.py _verify_args
+        raise errors.InvalidRequest("`stop` cannot contain an empty string", field="stop")
     if options is not None and not f["stream"]:
         raise errors.InvalidRequest(
             "`stream_options` is only allowed when `stream` is true", field="stream_options"
@@ -103,10 +105,27 @@ def _tool(t: wire.ToolSpec) -> canonical.ToolSpec:
     return canonical.ToolSpec(f.name, f.description, f.parameters, f.strict)
 
 
-def _tool_choice(choice: str | wire.NamedToolChoice | None) -> str | None:
-    if choice is None or isinstance(choice, str):
+def _tool_choice(choice: str | wire.NamedToolChoice | None, listed: list[wire.ToolSpec] | None,
+                 tools: list[canonical.ToolSpec] | None) -> str | None:
+    """The tool choice, checked against the tools as vLLM's `check_tool_usage` does
+    (protocol.py): any choice but "none" needs `tools`; "auto" or "required" with an empty
+    list is no tool at all (vLLM: "required" is then "none", as OpenAI answers it); a named
+    choice names one of them."""
+    if choice is None or choice == "none":
         return choice
-    return choice.function.name
+    if listed is not None and not listed and isinstance(choice, str):
+        return None
+    if listed is None:
+        raise errors.InvalidRequest("When using `tool_choice`, `tools` must be set.",
+                                    field="tool_choice")
+    if isinstance(choice, str):
+        return choice
+    name = choice.function.name
+    if not any(t.name == name for t in tools or ()):
+        raise errors.InvalidRequest(
+            "The tool specified in `tool_choice` does not match any of the specified `tools`",
+            field="tool_choice")
+    return name
 
 
 def _prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str | list[int]]:

@@ -161,6 +161,8 @@ def as_openai(data: dict[str, Any]) -> dict[str, Any]:
         del out["logit_bias"]  # TGI's Vec<f32> form, which TGI marks UNUSED
     if out.get("top_logprobs") and not out.get("logprobs"):
         del out["top_logprobs"]  # TGI returns no logprobs then, and does not refuse it
+    if out.get("tools") is None:
+        out.pop("tool_choice", None)  # lib.rs try_into_generate reads it only with tools
     choice = out.get("tool_choice")
     if isinstance(choice, str) and choice not in ("auto", "none", "required"):
         out["tool_choice"] = {"type": "function", "function": {"name": choice}}  # lib.rs

@@ -52,7 +52,8 @@ COMMON = {
     "max_tokens": st.integers(1, 4096),
     "n": st.integers(1, 4),
     "seed": st.integers(-(2**31), 2**31),
-    "stop": text | st.lists(text, max_size=3),
+    # vLLM refuses an empty stop string (sampling_params.py), and so does the gateway
+    "stop": text.filter(bool) | st.lists(text.filter(bool), max_size=3),
     "stream": st.booleans(),
     "temperature": st.floats(0, 2, allow_nan=False),
     "top_p": small_float,
@@ -93,6 +94,11 @@ completion_request = st.fixed_dictionaries(
 def _fix_top_logprobs(d: dict[str, Any]) -> dict[str, Any]:
     if d.get("logprobs") is True:
         d["top_logprobs"] = 2
+    # a tool choice other than "none" names one of the tools (vLLM's check_tool_usage)
+    choice = d.get("tool_choice")
+    if choice is not None and choice != "none":
+        name = choice["function"]["name"] if isinstance(choice, dict) else "f"
+        d["tools"] = [*d.get("tools", ()), {"type": "function", "function": {"name": name}}]
     return d
 
 

@@ -185,3 +185,16 @@ def test_the_tgi_front_end_puts_back_a_stop_string_a_worker_dropped() -> None:
 
 def test_health_is_tgis_health_route() -> None:
     assert BACKEND.health_path() == "/health"
+
+
+@pytest.mark.parametrize("seed", [-1, -(2**63), 0, 2**63 - 1])
+def test_a_negative_seed_is_sent_as_the_u64_of_the_same_bits(seed: int) -> None:
+    """TGI's seed is a u64 (huggingface/text-generation-inference router/src/lib.rs:
+    `GenerateParameters.seed: Option<u64>`, `ChatRequest.seed: Option<u64>`), so serde refuses
+    -1 with a 422; vLLM takes any 64-bit seed (protocol.py `seed: Field(ge=_LONG_INFO.min)`).
+    The same seed always maps to the same u64, so a client's seeded answers stay repeatable."""
+    p = parameters(completion(seed=seed))
+    assert p["seed"] == seed % 2**64
+    wire.GenerateParameters.model_validate(p)
+    _, body = built(chat(seed=seed))
+    assert body["seed"] == seed % 2**64

@@ -291,7 +291,8 @@ def test_named_models_stay_plain_openai() -> None:
     t = chat_translator({"model": "demo", "messages": MSGS})
     assert t.request.model == "demo" and isinstance(t, openai.ChatTranslator)
     with pytest.raises(errors.InvalidRequest):
-        chat({"model": "demo", "messages": MSGS, "n": None})  # OpenAI's schema as before
+        # OpenAI's schema as before: a temperature above 2 only TGI's reading takes
+        chat({"model": "demo", "messages": MSGS, "temperature": 3})
 
 
 def test_registry_routes() -> None:
