@@ -256,7 +256,7 @@ class ServingProcess:
 
 def restart_delay(deaths: int) -> float:
     """1, 2, 4 ... 30 s before a serving process that died `deaths` times in a row restarts."""
-    return min(RESTART_SECONDS * 2.0 ** max(deaths - 1, 0), supervisor.RESTART_MAX_SECONDS)
+    return supervisor.restart_delay(deaths, RESTART_SECONDS)
 
 
 async def _exited(proc: BaseProcess) -> None:

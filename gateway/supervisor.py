@@ -37,6 +37,13 @@ HEALTH_FAILURES = 3  # consecutive failed probes that take it out of rotation
 NOT_STARTED = 127  # a command that could not be run: the shell's "command not found"
 
 
+def restart_delay(crashes: int, base: float | None = None) -> float:
+    """`base` (RESTART_BASE_SECONDS), doubled per crash in a row after the first, up to
+    RESTART_MAX_SECONDS."""
+    first = RESTART_BASE_SECONDS if base is None else base
+    return min(first * 2.0 ** max(crashes - 1, 0), RESTART_MAX_SECONDS)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -125,7 +132,7 @@ class ManagedWorker:
     def _restart_delay(self, state: tenacity.RetryCallState) -> float:
         """0.5, 1, 2 ... 30 s, doubling per crash in a row (a run that stayed healthy for
         RESTART_RESET_SECONDS starts the count again)."""
-        return min(RESTART_BASE_SECONDS * 2.0 ** max(self.crashes - 1, 0), RESTART_MAX_SECONDS)
+        return restart_delay(self.crashes)
 
     def _log_restart(self, state: tenacity.RetryCallState) -> None:
         self.restarts += 1

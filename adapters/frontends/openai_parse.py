@@ -29,7 +29,7 @@ def chat_request(data: dict[str, Any]) -> canonical.InferenceRequest:
         )
     if f["tools"]:
         req.tools = [_tool(t) for t in f["tools"]]
-    req.tool_choice = _tool_choice(f["tool_choice"], f["tools"], req.tools)
+    req.tool_choice = _tool_choice(f["tool_choice"], f["tools"])
     req.parallel_tool_calls = f["parallel_tool_calls"]
     req.response_format = f["response_format"]
     req.reasoning_effort = f["reasoning_effort"]
@@ -105,8 +105,8 @@ def _tool(t: wire.ToolSpec) -> canonical.ToolSpec:
     return canonical.ToolSpec(f.name, f.description, f.parameters, f.strict)
 
 
-def _tool_choice(choice: str | wire.NamedToolChoice | None, listed: list[wire.ToolSpec] | None,
-                 tools: list[canonical.ToolSpec] | None) -> str | None:
+def _tool_choice(choice: str | wire.NamedToolChoice | None,
+                 listed: list[wire.ToolSpec] | None) -> str | None:
     """The tool choice, checked against the tools as vLLM's `check_tool_usage` does
     (protocol.py): any choice but "none" needs `tools`; "auto" or "required" with an empty
     list is no tool at all (vLLM: "required" is then "none", as OpenAI answers it); a named
@@ -121,7 +121,7 @@ def _tool_choice(choice: str | wire.NamedToolChoice | None, listed: list[wire.To
     if isinstance(choice, str):
         return choice
     name = choice.function.name
-    if not any(t.name == name for t in tools or ()):
+    if not any(t.function.name == name for t in listed):
         raise errors.InvalidRequest(
             "The tool specified in `tool_choice` does not match any of the specified `tools`",
             field="tool_choice")
