@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncGenerator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, Coroutine, Mapping
+from typing import Any, Protocol, TypeVar
 
 from adapters import base
 from schemas import canonical
@@ -172,3 +172,29 @@ async def merged(relays: list[tuple[int, AsyncGenerator[list[ev.Event], None]]],
         await asyncio.gather(*tasks, return_exceptions=True)
         for _, relay in relays:
             await relay.aclose()
+
+
+class _Opened(Protocol):
+    async def close(self, upstreams: Any) -> None: ...
+
+
+OpenedT = TypeVar("OpenedT", bound=_Opened)
+
+
+async def all_or_none(opening: list[Coroutine[Any, Any, OpenedT]], ups: Any
+                      ) -> list[OpenedT | BaseException]:
+    """Every continuation's opening (pipeline.Opened), or its exception. Cancelled (the
+    client left while the others were still opening), those that had opened are closed
+    before the cancellation goes on: nothing else holds them, and each holds its worker's
+    connection and in-flight count (`ups`: the upstreams that count them)."""
+    tasks = [asyncio.ensure_future(c) for c in opening]
+    try:
+        return await asyncio.gather(*tasks, return_exceptions=True)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.wait(tasks)  # gather has cancelled them: each ends at once
+        for t in tasks:
+            if not t.cancelled() and t.exception() is None:
+                await t.result().close(ups)
+        raise

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncGenerator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,12 +32,13 @@ from schemas import events as ev
 class AttemptObserver(Protocol):
     """Told of each upstream attempt (gateway.telemetry.Watch: metrics and spans)."""
 
-    def begin(self, url: str) -> dict[str, str]:
-        """An attempt on `url` starts; returns headers to send it (W3C trace context)."""
+    def begin(self, url: str, ticket: int | None) -> dict[str, str]:
+        """An attempt on `url` starts (`ticket`: its own, from balancer.Upstreams.begin);
+        returns headers to send it (W3C trace context)."""
         ...
 
-    def end(self, url: str, error: BaseException | None) -> None:
-        """The attempt on `url` failed; its successful end is the request's end."""
+    def end(self, ticket: int | None, error: BaseException | None) -> None:
+        """The attempt of `ticket` failed; its successful end is the request's end."""
         ...
 
     def failing_over(self) -> None:
@@ -152,7 +153,7 @@ class Pipeline:
         note.upstream = upstream.shown(url)  # the log line's: no password
         ticket = ups.begin(url)
         try:
-            opened = await self._once(job, url, ureq)
+            opened = await self._once(job, url, ureq, ticket)
         except BaseException as exc:
             ups.end(url, ticket)
             if isinstance(exc, errors.UpstreamError) and not 400 <= exc.status < 500:
@@ -167,7 +168,7 @@ class Pipeline:
                 note.errors.append(f"{upstream.shown(url)}: {exc.message}"
                                    + (f" ({exc.detail})" if exc.detail else ""))
                 if note.observer is not None:
-                    note.observer.end(url, exc)
+                    note.observer.end(ticket, exc)
             raise
         if not opened.more:  # a stream is judged at its end (a break after the first byte
             ups.succeeded(url, ticket)  # counts toward ejection too)
@@ -196,10 +197,11 @@ class Pipeline:
             ureq.headers["host"] = host  # an address its DNS name stands for: the name's Host
         return ureq
 
-    async def _once(self, job: Job, url: str, ureq: base.UpstreamRequest) -> Opened:
+    async def _once(self, job: Job, url: str, ureq: base.UpstreamRequest,
+                    ticket: int) -> Opened:
         route, req, note = job.route, job.req, job.note
         if note.observer is not None:
-            ureq.headers.update(note.observer.begin(url))
+            ureq.headers.update(note.observer.begin(url, ticket))
         # A stream's first byte comes after queueing and prefill; a body's after its whole
         # generation, which gateway.whole bounds.
         wait = self.first_byte if ureq.streaming else job.wait
@@ -250,6 +252,7 @@ class Pipeline:
             await self._pump(opened, deliver, drain, seen)
             return
         except (errors.UpstreamBroken, errors.UpstreamTimeout) as exc:
+            _cut(opened, exc)
             if seen is None or job is None or seen.mixed:
                 raise
             cause, failed = exc, opened.url
@@ -259,9 +262,11 @@ class Pipeline:
                 await self._pump_continued(conts, deliver, drain, seen)
                 return
             except (errors.UpstreamBroken, errors.UpstreamTimeout) as exc:
+                cut = conts[seen.cut][1]
+                _cut(cut, exc)
                 if seen.mixed:
                     raise
-                cause, failed = exc, conts[seen.cut][1].url
+                cause, failed = exc, cut.url
         raise cause
 
     async def _pump_continued(self, conts: list[tuple[int, Opened]], deliver: pump.Deliver,
@@ -321,15 +326,14 @@ class Pipeline:
         if not wanted:  # cut after every choice finished: the answer is whole, asked of no one
             return []
         job.note.failovers += 1
-        if job.note.observer is not None:  # the cut attempt ends here, as a failed one
-            job.note.observer.end(failed, cause)
         async def one(cont: canonical.InferenceRequest) -> Opened:
             if job.note.observer is not None:
                 job.note.observer.failing_over()
             return await self.open(job.route, cont, job.request_id, job.note, avoid=failed)
 
         # all at once: each waits for its worker's first token
-        got = await _all_or_none([one(cont) for _, cont in wanted], job.route.upstreams)
+        got = await failover.all_or_none([one(cont) for _, cont in wanted],
+                                         job.route.upstreams)
         opened = [(c, o) for (c, _), o in zip(wanted, got, strict=True) if isinstance(o, Opened)]
         if len(opened) < len(wanted):
             for _, o in opened:
@@ -382,19 +386,9 @@ class Pipeline:
             await opened.close(opened.job.route.upstreams if opened.job else None)
 
 
-async def _all_or_none(opening: list[Coroutine[Any, Any, Opened]], ups: balancer.Upstreams
-                       ) -> list[Opened | BaseException]:
-    """Every continuation's opening, or its exception. Cancelled (the client left while the
-    others were still opening), those that had opened are closed before the cancellation goes
-    on: nothing else holds them, and each holds its worker's connection and in-flight count."""
-    tasks = [asyncio.ensure_future(c) for c in opening]
-    try:
-        return await asyncio.gather(*tasks, return_exceptions=True)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.wait(tasks)  # gather has cancelled them: each ends at once
-        for t in tasks:
-            if not t.cancelled() and t.exception() is None:
-                await t.result().close(ups)
-        raise
+def _cut(opened: Opened, exc: errors.GatewayError) -> None:
+    """The attempt of `opened` failed after its first byte: it ends here, as a failed one
+    (whether or not another worker continues it, or the request is asked again)."""
+    job = opened.job
+    if job is not None and job.note.observer is not None:
+        job.note.observer.end(opened.ticket, exc)

@@ -51,9 +51,9 @@ def operation(req: canonical.InferenceRequest) -> str:
 class Watch:
     """What one request's telemetry needs between its arrival and its last byte."""
 
-    __slots__ = ("_attempt_span", "_attempt_started", "_attempt_url", "_failover", "_route",
-                 "_span", "_tracer", "_upstream_model", "attempts", "client_trace", "model",
-                 "operation", "provider", "routed", "series")
+    __slots__ = ("_failover", "_open", "_route", "_span", "_tracer", "_upstream_model",
+                 "attempts", "client_trace", "model", "operation", "provider", "routed",
+                 "series")
 
     def __init__(self, tracing_: tracing.Tracing | None, headers: Mapping[str, str], route: str):
         # (a comprehension is a call of its own: made only where the client sent trace context)
@@ -68,9 +68,9 @@ class Watch:
         self._route = route
         self.attempts = 0
         self._failover = False
-        self._attempt_url: str | None = None
-        self._attempt_started = 0.0
-        self._attempt_span: Any = None
+        # attempts begun and not yet ended, by their ticket (pipeline.Pipeline._attempt): a
+        # stream of several choices is continued by as many attempts at once (gateway.failover)
+        self._open: dict[int | None, tuple[str, float, Any]] = {}
         self._tracer: Any = tracing_.tracer if tracing_ is not None else None
         self._span: Any = None
         if self._tracer is not None:
@@ -92,18 +92,18 @@ class Watch:
             self._span.update_name(f"{self.operation} {self.model}")
             self._span.set_attributes(request_attributes(self, req))
 
-    def begin(self, url: str) -> dict[str, str]:
-        """An attempt on `url` starts; the trace headers to send it."""
+    def begin(self, url: str, ticket: int | None) -> dict[str, str]:
+        """An attempt on `url` starts (`ticket`: its own); the trace headers to send it."""
         if self.attempts and not self._failover:  # a failover is counted as one (hooks)
             metrics.retry(self.model, url)
         self._failover = False
         self.attempts += 1
-        self._attempt_url = url
-        self._attempt_started = time.perf_counter()
+        started = time.perf_counter()
         if self._span is None:
+            self._open[ticket] = (url, started, None)
             return dict(self.client_trace)
         host, port = metrics.address(url)
-        self._attempt_span = self._tracer.start_span(  # named for the model the worker serves
+        span = self._tracer.start_span(  # named for the model the worker serves
             f"{self.operation} {self._upstream_model}",
             context=otel.set_span_in_context(self._span), kind=otel.SpanKind.CLIENT,
             attributes={
@@ -111,43 +111,43 @@ class Watch:
                 "gen_ai.request.model": self._upstream_model,
                 "gen_ai.provider.name": self.provider, "server.address": host, "server.port": port,
                 "url.full": upstream.shown(url)})
+        self._open[ticket] = (url, started, span)
         carrier: dict[str, str] = {}
-        _W3C.inject(carrier, context=otel.set_span_in_context(self._attempt_span))
+        _W3C.inject(carrier, context=otel.set_span_in_context(span))
         return carrier
 
     def failing_over(self) -> None:
         self._failover = True
 
-    def end(self, url: str, error: BaseException | None) -> None:
-        """The attempt on `url` failed (`error`) or its answer ended (None)."""
-        if self._attempt_url != url:
-            return
-        self._close_attempt(error_type(error) if error is not None else "")
+    def end(self, ticket: int | None, error: BaseException | None) -> None:
+        """The attempt of `ticket` failed (`error`) or its answer ended (None)."""
+        attempt = self._open.pop(ticket, None)
+        if attempt is not None:
+            self._close_attempt(attempt, error_type(error) if error is not None else "")
 
-    def _close_attempt(self, etype: str) -> None:
-        url, self._attempt_url = self._attempt_url, None
-        if url is None:
-            return
+    def _close_attempt(self, attempt: tuple[str, float, Any], etype: str) -> None:
+        url, started, span = attempt
         series = self.series
         if series is not None and not etype:  # the common case: found once, marked once
             attempts, duration = series.upstream(url)
             attempts.add(1.0)
-            duration.add(time.perf_counter() - self._attempt_started)
+            duration.add(time.perf_counter() - started)
             series.touch()
         else:
             host, port = metrics.address(url)
             metrics.attempt(self.model, url, etype)
             metrics.child(metrics.OPERATION_DURATION, self.operation, self.model, self.provider,
-                          host, str(port), etype).observe(
-                time.perf_counter() - self._attempt_started)
-        if self._attempt_span is not None:
-            _end_span(self._attempt_span, etype, etype != "")
-            self._attempt_span = None
+                          host, str(port), etype).observe(time.perf_counter() - started)
+        if span is not None:
+            _end_span(span, etype, etype != "")
 
     def finish(self, x: Exchange, ended: float) -> None:
         """The answer's last byte is out (or the client is gone): record the request."""
         etype = x.error_type
-        self._close_attempt(etype)
+        if self._open:  # those still open end with the request (its error, if any)
+            for attempt in self._open.values():
+                self._close_attempt(attempt, etype)
+            self._open.clear()
         series = self.series
         if series is not None:
             series.in_flight.add(-1.0)

@@ -587,7 +587,7 @@ def test_a_routed_request_leaves_flight_however_it_ends(status: int, etype: str)
         x = exchange.Exchange("rid", "/v1/chat/completions", 0.0, route="/v1/chat/completions")
         w = telemetry.Watch(None, {}, "/v1/chat/completions")
         w.route(route, req)  # type: ignore[arg-type]
-        w.begin("http://10.7.7.9:8000")
+        w.begin("http://10.7.7.9:8000", 1)
         await asyncio.sleep(0)
         during = flight()
         x.status, x.error_type = status, etype
@@ -644,3 +644,65 @@ def test_a_value_kept_otherwise_than_as_a_locked_float_gets_its_own_inc() -> Non
     assert buckets.direct
     assert [b.get() for b in histogram._buckets] == [0.0, 1.0, 0.0]
     assert histogram._sum.get() == 1.5
+
+
+def _attempts(b: Samples, a: Samples, url: str, etype: str) -> tuple[float, float]:
+    """`url`'s attempts with error type `etype`: by the counter, by the duration histogram."""
+    host = url.split("//")[1].split(":")[0]
+    return (delta(b, a, "gateway_upstream_attempts_total", gen_ai_request_model="demo",
+                  upstream=url, error_type=etype),
+            delta(b, a, "gen_ai_client_operation_duration_seconds_count", server_address=host,
+                  server_port="8000", error_type=etype, **GENAI))
+
+
+async def run_with(cfg: config.Config, router: respx.MockRouter, body: dict[str, Any]
+                   ) -> tuple[Samples, Samples, httpx.Response]:
+    s = Scraper(router, cfg)
+    async with s.app.router.lifespan_context(s.app), s.client:
+        await harness.probed(s.app)
+        before = await s.scrape()
+        answer = await s.client.post("/v1/chat/completions", content=orjson.dumps(body))
+        after = await s.scrape()
+    return before, after, answer
+
+
+@pytest.mark.anyio
+async def test_each_continuation_of_a_stream_of_two_choices_is_an_attempt_of_its_own() -> None:
+    """n=2 cut mid-way: each open choice is continued by a request of its own, at once
+    (gateway.failover). Three attempts went upstream, so three are counted (the cut one with
+    its error), not the last one begun only: gen_ai.client.operation.duration is per
+    operation upstream (semantic-conventions gen-ai-metrics.md)."""
+    head = b"".join(
+        b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+        b'[{"index":%d,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}'
+        b"\n\n" % i for i in (0, 1))
+    from tests.unit.test_failover_respx import REST
+    with respx.mock(assert_all_called=True) as r:
+        harness.healthy(r)
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=harness.Broken([head])))
+        cont = r.post(f"{UP2}/v1/chat/completions").mock(
+            side_effect=lambda _: httpx.Response(200, content=REST))
+        b, a, resp = await run_with(make_config(), r, {**CHAT, "stream": True, "n": 2,
+                                                        "max_tokens": 10})
+    assert resp.status_code == 200 and resp.text.endswith("data: [DONE]\n\n")
+    assert '"error"' not in resp.text and cont.call_count == 2
+    assert _attempts(b, a, UP1, "UpstreamBroken") == (1, 1)
+    assert _attempts(b, a, UP2, "") == (2, 2)
+
+
+@pytest.mark.anyio
+async def test_a_whole_answer_cut_and_asked_again_counts_the_cut_attempt() -> None:
+    """A whole answer asked as a stream, cut mid-way with no continuation
+    (`failover_attempts: 0`), is asked again of the other upstream (gateway.folding): the cut
+    attempt is counted as the failure it was, not dropped when the next one begins."""
+    cut = harness.SSE_OK.split(b"\n\n")[1] + b"\n\n"
+    with respx.mock(assert_all_called=True) as r:
+        harness.healthy(r)
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=harness.Broken([cut]), headers={"content-type": "text/event-stream"}))
+        r.post(f"{UP2}/v1/chat/completions").mock(side_effect=harness.worker_ok)
+        b, a, resp = await run_with(make_config(failover_attempts=0), r, CHAT)
+    assert resp.status_code == 200
+    assert _attempts(b, a, UP1, "UpstreamBroken") == (1, 1)
+    assert _attempts(b, a, UP2, "") == (1, 1)

@@ -235,3 +235,36 @@ print("ok")
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("ok")
+
+
+@pytest.mark.anyio
+async def test_each_continuation_of_a_cut_stream_has_its_own_client_span() -> None:
+    """n=2 cut after its first byte: each choice is continued by a request of its own, at
+    once (gateway.failover). Every worker request has its own attempt span, ended (an open
+    one is never exported), and names that span in its `traceparent`."""
+    from tests.unit.test_failover_respx import REST
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    head = b"".join(
+        b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+        b'[{"index":%d,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}'
+        b"\n\n" % i for i in (0, 1))
+    from tests.unit import test_pipeline_respx as harness
+    with respx.mock(assert_all_called=True) as r:
+        harness.healthy(r)
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=harness.Broken([head])))
+        r.post(f"{UP2}/v1/chat/completions").mock(
+            side_effect=lambda _: httpx.Response(200, content=REST))
+        resp = await post(r, {**CHAT, "stream": True, "n": 2, "max_tokens": 10},
+                          {"traceparent": TRACEPARENT}, tracing.Tracing.of(provider))
+        seen = [q for q in worker_saw(r) if q.method == "POST"]
+    assert resp.status_code == 200 and '"error"' not in resp.text
+    attempts = [s for s in exporter.get_finished_spans() if s.kind == trace.SpanKind.CLIENT]
+    assert len(seen) == len(attempts) == 3
+    assert sorted(q.headers["traceparent"] for q in seen) == sorted(
+        f"00-{TRACE_ID}-{a.context.span_id:016x}-01" for a in attempts)
+    errors = [dict(a.attributes or {}).get("error.type") for a in attempts
+              if a.status.status_code == trace.StatusCode.ERROR]
+    assert errors == ["UpstreamBroken"]
