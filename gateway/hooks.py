@@ -34,11 +34,14 @@ def probe_changed(model: str, url: str, ok: bool, why: str = "") -> None:
                     error=why)
 
 
-def failover(model: str, failed: str, to: str | None, tokens_so_far: int) -> None:
-    """A stream cut after its first byte was continued on `to` (None: it could not be)."""
+def failover(request_id: str, model: str, failed: str, to: str | None,
+             tokens_so_far: int) -> None:
+    """A stream cut after its first byte was continued on `to` (None: it could not be); the
+    line names its request, whose own line tells the rest."""
     if to is not None:
         metrics.failover(model, to)
-    observability.logger().warning("stream_failover", model=model, upstream=upstream.shown(failed),
+    observability.logger().warning("stream_failover", request_id=request_id, model=model,
+                                   upstream=upstream.shown(failed),
                                    continued=to is not None,
                                    to=to if to is None else upstream.shown(to),
                                    tokens_so_far=tokens_so_far)

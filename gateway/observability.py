@@ -159,6 +159,8 @@ def log_exchange(x: Exchange) -> None:
         fields["error_type"] = x.error_type
     if x.note.errors:
         fields["upstream_errors"] = x.note.errors
+    if x.note.failovers:  # a stream cut mid-way and continued elsewhere (gateway.failover)
+        fields["failovers"] = x.note.failovers
     if x.outcome == "bug":
         _log.error("request", **fields)
     elif x.status >= 500 or x.outcome == "upstream_error" or x.note.errors:

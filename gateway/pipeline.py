@@ -105,8 +105,8 @@ class Pipeline:
         self.first_byte, self.idle = self.timeouts.first_byte, self.timeouts.idle
         self.retries = server.retries
         self.failover_attempts = server.failover_attempts
-        # (model, failed upstream, upstream continuing or None, tokens so far): gateway.hooks
-        self.on_failover: Callable[[str, str, str | None, int], None] = lambda *_: None
+        # (request id, model, failed upstream, the one continuing or None, tokens): gateway.hooks
+        self.on_failover: Callable[[str, str, str, str | None, int], None] = lambda *_: None
 
     async def open(self, route: routing.Route, req: canonical.InferenceRequest,
                    request_id: str, note: Attempt, avoid: str | None = None) -> Opened:
@@ -165,8 +165,7 @@ class Pipeline:
                 # other answer resets)
                 ups.succeeded(url, ticket)
             if isinstance(exc, errors.GatewayError):
-                note.errors.append(f"{upstream.shown(url)}: {exc.message}"
-                                   + (f" ({exc.detail})" if exc.detail else ""))
+                note.errors.append(_failure(url, exc))
                 if note.observer is not None:
                     note.observer.end(ticket, exc)
             raise
@@ -338,13 +337,14 @@ class Pipeline:
         if len(opened) < len(wanted):
             for _, o in opened:
                 await o.close(job.route.upstreams)
-            self.on_failover(job.route.name, failed, None, sum(seen.tokens))
+            self.on_failover(job.request_id, job.route.name, failed, None, sum(seen.tokens))
             bug = next((e for e in got if not isinstance(e, Opened | errors.GatewayError)), None)
             if isinstance(bug, BaseException):  # not a worker's failure: a bug, as it was
                 raise bug
             raise cause from None
         for _, o in opened:
-            self.on_failover(job.route.name, failed, o.url, sum(seen.tokens))
+            self.on_failover(job.request_id, job.route.name, failed, o.url,
+                             sum(seen.tokens))
         return opened
 
     async def _relay(self, opened: Opened) -> AsyncGenerator[list[ev.Event], None]:
@@ -389,6 +389,12 @@ class Pipeline:
 def _cut(opened: Opened, exc: errors.GatewayError) -> None:
     """The attempt of `opened` failed after its first byte: it ends here, as a failed one
     (whether or not another worker continues it, or the request is asked again)."""
-    job = opened.job
-    if job is not None and job.note.observer is not None:
-        job.note.observer.end(opened.ticket, exc)
+    if (job := opened.job) is not None:
+        job.note.errors.append(_failure(opened.url, exc))
+        if job.note.observer is not None:
+            job.note.observer.end(opened.ticket, exc)
+
+
+def _failure(url: str, exc: errors.GatewayError) -> str:
+    """A failed attempt, as the request's log line lists it (`upstream_errors`)."""
+    return f"{upstream.shown(url)}: {exc.message}" + (f" ({exc.detail})" if exc.detail else "")

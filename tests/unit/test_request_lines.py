@@ -105,3 +105,35 @@ def test_every_log_line_is_one_write() -> None:
     for call in calls:
         assert call.endswith("\n") and call.count("\n") == 1, calls
         json.loads(call)
+
+
+@pytest.mark.anyio
+async def test_a_stream_continued_elsewhere_names_the_failure_in_its_request_line() -> None:
+    """A worker that broke mid-stream and was continued on another (gateway.failover): the
+    client saw one stream, but the request's one line says what the worker did (its error
+    among `upstream_errors`, at warning, as a retried failure before the first byte is), and
+    the `stream_failover` line carries the request's id, so the two can be joined."""
+    import httpx
+    import respx
+    from structlog.testing import capture_logs
+
+    from tests.unit import test_pipeline_respx as harness
+    from tests.unit.test_failover_respx import HEAD, REST
+
+    with respx.mock(assert_all_called=True) as r, capture_logs() as logs:
+        harness.healthy(r)
+        r.post(f"{harness.UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=harness.Broken([HEAD])))
+        r.post(f"{harness.UP2}/v1/chat/completions").mock(
+            return_value=httpx.Response(200, content=REST))
+        resp = await harness.call(r, {**harness.CHAT, "stream": True, "max_tokens": 10},
+                                  headers={"x-request-id": "rid-failover"})
+    assert resp.status_code == 200 and '"error"' not in resp.text
+    (line,) = [e for e in logs if e["event"] == "request"]
+    assert line["request_id"] == "rid-failover" and line["status"] == 200
+    assert line["log_level"] == "warning"
+    assert line["failovers"] == 1 and line["attempts"] == 2
+    (cut,) = line["upstream_errors"]
+    assert cut.startswith(f"{harness.UP1}: ")
+    (moved,) = [e for e in logs if e["event"] == "stream_failover"]
+    assert moved["request_id"] == "rid-failover" and moved["continued"] is True
