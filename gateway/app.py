@@ -22,6 +22,7 @@ from gateway import (
     admission,
     board,
     config,
+    exchange,
     health,
     hooks,
     http1,
@@ -122,9 +123,22 @@ async def no_route(request: Request, exc: Exception) -> Response:
     text for a path under no protocol's prefix."""
     assert isinstance(exc, HTTPException)
     extra = dict(exc.headers or {})  # a 405's Allow
-    extra["x-request-id"] = request.headers.get("x-request-id") or http_cycle.new_id()  # SPEC.md
+    rid = extra["x-request-id"] = request.headers.get("x-request-id") or http_cycle.new_id()
+    x = exchange.Exchange(rid, request.url.path, time.perf_counter())
+    try:  # its one line (SPEC.md), as an endpoint's: a client's base URL one letter off
+        return _no_route(request, exc, extra, x)
+    finally:
+        observability.log_exchange(x)
+
+
+def _no_route(request: Request, exc: HTTPException, extra: dict[str, str],
+              x: exchange.Exchange) -> Response:
+    x.status = exc.status_code
     if exc.status_code == 404 and (twin := _slash_twin(request)) is not None:
+        x.status = 307
         return Response(status_code=307, headers={**extra, "location": twin})
+    x.outcome, x.error = "client_error", str(exc.detail)
+    x.error_type = "MethodNotAllowed" if exc.status_code == 405 else "NoRoute"
     make = registry.errors_for(request.url.path)
     if make is None:
         return PlainTextResponse(exc.detail, exc.status_code, headers=extra)
@@ -140,6 +154,7 @@ async def no_route(request: Request, exc: Exception) -> Response:
         refusal = errors.NoRoute(f"Unknown request URL: {method} {path}", method=method,
                                  uri=uri)
     out = make().render_error(refusal)
+    x.status, x.error = out.status, refusal.message
     return Response(out.body, out.status, headers={**out.headers, **extra},
                     media_type=out.media_type)
 

@@ -33,7 +33,7 @@ from typing import Any, Protocol, cast
 import httptools
 
 from gateway import deadline, observability
-from gateway.http_cycle import Cycle, plain_response, routing_path
+from gateway.http_cycle import Cycle, new_id, plain_response, routing_path
 
 Message = MutableMapping[str, Any]
 
@@ -144,14 +144,9 @@ class Connection(asyncio.Protocol):
             if isinstance(refused := exc.__context__, _Refused):
                 self._reject(refused.status, refused.text)
             else:  # a request target no URL parser takes, say
-                observability.logger().warning("invalid_http_request",
-                                               reason=repr(exc.__context__),
-                                               client=_client(self.peername))
-                self._reject(400, "Invalid HTTP request received.")
+                self._reject(400, "Invalid HTTP request received.", repr(exc.__context__))
         except httptools.HttpParserError as exc:
-            observability.logger().warning("invalid_http_request", reason=str(exc),
-                                           client=_client(self.peername))
-            self._reject(400, "Invalid HTTP request received.")
+            self._reject(400, "Invalid HTTP request received.", str(exc))
 
     def pause_writing(self) -> None:
         self.writable = False
@@ -342,17 +337,22 @@ class Connection(asyncio.Protocol):
             self._paused = False
             self.transport.resume_reading()
 
-    def _reject(self, status: int, text: str) -> None:
+    def _reject(self, status: int, text: str, reason: str = "") -> None:
         """A request that cannot be parsed: nothing more is parsed; it is answered now when no
         answer is under way, else once the requests before it are answered (RFC 9112 section
-        9.3.2), then the connection is closed. After a final request it is ignored (9.6)."""
+        9.3.2), then the connection is closed. After a final request it is ignored (9.6).
+        Its one log line names the id it is answered with (SPEC.md)."""
         if self._ended:
             return
         self._ended = True  # not paused: a client that goes away must still be seen
         cycle, broken = self.current, self.parsing
         self.parsing = None
         # the refused head's own fields, as far as they were read (on_message_begin reset them)
-        rid = next((v for k, v in self._headers if k == b"x-request-id"), None)
+        rid = next((v for k, v in self._headers if k == b"x-request-id"), None) \
+            or new_id().encode()
+        observability.logger().warning("invalid_http_request", request_id=rid.decode("latin-1"),
+                                       status=status, reason=reason or text,
+                                       client=_client(self.peername))
         if cycle is None or (broken is cycle and not cycle.started):
             self.write(plain_response(status, text, rid))
             self.close()

@@ -121,10 +121,17 @@ def traffic(url: str) -> dict[str, int]:
         deadline = time.monotonic() + 10  # until the gateway has seen the disconnect
         while time.monotonic() < deadline and IN_FLIGHT_SIM in client.get("/metrics").text:
             time.sleep(0.05)
+        # a path no route takes (a client's base URL one letter off)
+        out["no_route"] = client.post("/v1/chat/completion", json={}, headers={
+            "x-request-id": "no-route-id"}).status_code
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as raw:  # the server logs this
         raw.sendall(b"NOT HTTP AT ALL\r\n\r\n")
         raw.recv(1024)
+    with socket.create_connection((host, int(port)), timeout=5) as raw:  # refused at the wire
+        raw.sendall(b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n"
+                    b"x-request-id: wire-refused-id\r\n\r\n")
+        out["wire"] = int(raw.recv(1024).split(b" ", 2)[1])
     return out
 
 
@@ -154,7 +161,7 @@ def test_every_line_is_json_with_lifecycle_events(run: Run) -> None:
 
 def test_request_lines_are_levelled_by_outcome(run: Run) -> None:
     assert run.statuses == {"stream": 200, "whole": 200, "unknown": 404, "dead": 503,
-                            "gone": 200}
+                            "gone": 200, "no_route": 404, "wire": 400}
     requests = [json.loads(line) for line in run.lines if '"event":"request"' in line]
     by_status = {(r["status"], r["level"]) for r in requests if r["model"] != "sim"}
     assert by_status == {(200, "info"), (404, "info"), (503, "warning")}
@@ -217,3 +224,18 @@ def test_a_client_gone_mid_stream_is_counted_and_leaves_flight(run: Run) -> None
     # its upstream attempt ended with it, tagged the same way
     assert any(s.name == "gen_ai_client_operation_duration_seconds_count"
                and s.labels["error_type"] == "client_closed" for s in gone)
+
+
+def test_requests_no_route_takes_and_refusals_at_the_wire_have_their_line(run: Run) -> None:
+    """SPEC.md: every request gets an id and one structured log line; README: the id is
+    echoed in every response, errors, status routes and refusals at the wire included. A
+    client whose base URL is one letter off, or whose head the server refuses, is seen in the
+    log under the id it was answered with, once."""
+    records = [json.loads(line) for line in run.lines if line.strip()]
+    (typo,) = [r for r in records if r.get("request_id") == "no-route-id"]
+    assert (typo["event"], typo["status"], typo["level"]) == ("request", 404, "info")
+    assert typo["path"] == "/v1/chat/completion" and typo["error_type"] == "NoRoute"
+    (wire,) = [r for r in records if r.get("request_id") == "wire-refused-id"]
+    assert (wire["event"], wire["status"], wire["level"]) == (
+        "invalid_http_request", 400, "warning")
+    assert "Host" in wire["reason"]
