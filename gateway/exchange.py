@@ -34,7 +34,6 @@ class Exchange:
     model: str | None = None
     stream: bool = False
     first_event_at: float | None = None
-    reads: int = 0  # upstream reads streamed (for the inter-token latency metric)
     usage: ev.Usage | None = None
     error: str | None = None
     outcome: str = "ok"

@@ -165,7 +165,6 @@ class ProtocolEndpoint:
         pending: list[bytes] = []  # ASGI: what the next send carries
 
         def emit(batch: list[ev.Event]) -> bool:
-            x.reads += 1
             out = b"".join([enc.encode(e) for e in batch]) + enc.flush()
             if isinstance(batch[-1], ev.Usage):
                 x.usage = batch[-1]
