@@ -136,9 +136,14 @@ def logger() -> Any:
     return _log
 
 
+# Outcomes that told the client of an error although its status may be a 200 (in-band).
+_WARNED = frozenset(("upstream_error", "shutdown"))
+
+
 def log_exchange(x: Exchange) -> None:
     """The request's one log line, and its metrics and span: 4xx at info (the caller's
-    mistake), 5xx and failures upstream at warning, a gateway bug at error."""
+    mistake), 5xx, failures upstream and streams the shutdown cut at warning (the client was
+    told of an error, in-band after a 200 too), a gateway bug at error."""
     now = time.perf_counter()
     if x.watch is not None:
         x.watch.finish(x, now)
@@ -163,7 +168,7 @@ def log_exchange(x: Exchange) -> None:
         fields["failovers"] = x.note.failovers
     if x.outcome == "bug":
         _log.error("request", **fields)
-    elif x.status >= 500 or x.outcome == "upstream_error" or x.note.errors:
+    elif x.status >= 500 or x.outcome in _WARNED or x.note.errors:
         _log.warning("request", **fields)
     elif _lines is not None:  # configured by the CLI: the batched writer
         _lines.add(fields)

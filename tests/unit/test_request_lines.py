@@ -137,3 +137,22 @@ async def test_a_stream_continued_elsewhere_names_the_failure_in_its_request_lin
     assert cut.startswith(f"{harness.UP1}: ")
     (moved,) = [e for e in logs if e["event"] == "stream_failover"]
     assert moved["request_id"] == "rid-failover" and moved["continued"] is True
+
+
+def test_a_stream_cut_by_the_shutdown_is_logged_at_warning() -> None:
+    """SIGTERM: a stream still running when the drain time is over ends with its protocol's
+    in-band error (README: logged with outcome `shutdown`). The client got an error although
+    its status was 200, so the line is a warning, as the same refusal before the head (a 503)
+    and a failure upstream after it are; not an info line among the successes."""
+    from structlog.testing import capture_logs
+
+    from gateway import exchange
+
+    x = exchange.Exchange("rid-shutdown", "/v1/chat/completions", 0.0, status=200,
+                          outcome="shutdown", error_type="shutdown",
+                          error="the gateway is shutting down; retry the request")
+    with capture_logs() as logs:
+        observability.log_exchange(x)
+    (line,) = logs
+    assert (line["request_id"], line["outcome"], line["log_level"]) == (
+        "rid-shutdown", "shutdown", "warning")
