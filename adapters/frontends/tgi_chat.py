@@ -54,6 +54,9 @@ def placeholder(model: Any) -> bool:
 # tree is the same for every protocol.
 REFUSED = "a TGI client's chat request, refused in TGI's form"
 REFUSED_STREAM = "a TGI client's streaming chat request, refused in TGI's form"
+# TGI's InferError::ToolError, raised by try_into_generate before any stream begins: 422 and
+# `error_type: tool_error` for streaming requests too (server.rs chat_completions `?`).
+REFUSED_TOOLS = "a TGI client's chat request, refused as TGI's tool error"
 
 
 def chat_request(data: dict[str, Any]) -> canonical.InferenceRequest:
@@ -61,6 +64,7 @@ def chat_request(data: dict[str, Any]) -> canonical.InferenceRequest:
     model, which answers under its own name. Checked as TGI checks the generate request it
     makes of it (`check`); a refusal carries a note saying so (`refusal` renders it)."""
     try:
+        check_tools(data)
         checked = check(data)
         out = as_openai(data)
         # Values TGI takes beyond OpenAI's ranges (a temperature above 2, a presence penalty
@@ -69,7 +73,8 @@ def chat_request(data: dict[str, Any]) -> canonical.InferenceRequest:
                 if checked and _number(out.get(k))}  # anything else: OpenAI's reading refuses
         req = openai_parse.chat_request(out)
     except errors.RequestError as exc:
-        exc.add_note(REFUSED_STREAM if data.get("stream") is True else REFUSED)
+        if REFUSED_TOOLS not in getattr(exc, "__notes__", ()):
+            exc.add_note(REFUSED_STREAM if data.get("stream") is True else REFUSED)
         raise
     if "temperature" in wide:
         req.sampling.temperature = float(wide["temperature"])
@@ -81,6 +86,32 @@ def chat_request(data: dict[str, Any]) -> canonical.InferenceRequest:
 
 def _number(v: Any) -> TypeGuard[float]:
     return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def check_tools(data: dict[str, Any]) -> None:
+    """TGI's tool errors, checked (lib.rs `try_into_generate`, infer/tool_grammar.rs
+    `find_tool_by_name`) before the generate request is validated: tools with a
+    `response_format`, or a named `tool_choice` (a bare name or `{"function": {"name"}}`)
+    that no tool has. Bodies TGI would not deserialize are left to the OpenAI reading."""
+    tools = data.get("tools")
+    if not isinstance(tools, list):
+        return  # null or absent: try_into_generate never looks at tool_choice
+    if data.get("response_format") is not None:
+        raise _tool_error("Grammar and tools are mutually exclusive", "response_format")
+    choice = data.get("tool_choice")
+    fn = choice.get("function") if isinstance(choice, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else choice
+    if not isinstance(name, str) or (choice is name and name in ("auto", "none", "required")):
+        return
+    if not any(isinstance(t, dict) and isinstance(t.get("function"), dict)
+               and t["function"].get("name") == name for t in tools):
+        raise _tool_error(f"Tool with name {name} not found", "tool_choice")
+
+
+def _tool_error(message: str, field: str) -> errors.InvalidRequest:
+    exc = errors.InvalidRequest(message, field=field)
+    exc.add_note(REFUSED_TOOLS)
+    return exc
 
 
 def check(data: dict[str, Any]) -> bool:
@@ -141,6 +172,9 @@ def refusal(exc: errors.GatewayError) -> base.Rendered | None:
     """A refusal of `chat_request` rendered in TGI's form (None for any other error), for the
     front end that parses /v1/chat/completions."""
     notes = getattr(exc, "__notes__", ())
+    if REFUSED_TOOLS in notes:
+        return base.Rendered(422, orjson.dumps({"error": f"Tool error: {exc.message}",
+                                                "error_type": "tool_error"}))
     if REFUSED in notes or REFUSED_STREAM in notes:
         return render_error(exc, REFUSED_STREAM in notes)
     return None

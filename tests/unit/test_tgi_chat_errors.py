@@ -85,6 +85,50 @@ def test_a_streaming_refusal_is_an_event_after_http_200_then_done() -> None:
                       b' and < 1.0","http_status_code":422}}\n\ndata: [DONE]\n\n')
 
 
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("body", "message"), [
+    ({"tools": TOOLS, "tool_choice": "get_time"}, "Tool with name get_time not found"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "auto"}}},
+     "Tool with name auto not found"),
+    ({"tools": [], "tool_choice": "get_weather"}, "Tool with name get_weather not found"),
+    # checked before the generate request is validated: top_p 1.0 is not what is reported
+    ({"tools": TOOLS, "tool_choice": "get_time", "top_p": 1.0},
+     "Tool with name get_time not found"),
+    ({"tools": TOOLS, "response_format": {"type": "json", "value": {}}},
+     "Grammar and tools are mutually exclusive"),
+])
+def test_a_tool_error_is_tgis_422_before_any_stream(body: dict[str, Any], message: str,
+                                                     stream: bool) -> None:
+    """lib.rs `try_into_generate` (ToolGrammar::apply, infer/tool_grammar.rs
+    `find_tool_by_name`: "Tool with name {} not found"; "Grammar and tools are mutually
+    exclusive") runs in server.rs chat_completions before the stream starts, and its `?`
+    answers `From<InferError>`: ToolError is 422, error_type `tool_error`, Display "Tool
+    error: {0}" (infer/mod.rs), streaming or not."""
+    r = tgi_chat.refusal(refusal({**body, "stream": stream}))
+    assert r is not None and (r.status, r.media_type) == (422, "application/json")
+    assert r.body == orjson.dumps({"error": f"Tool error: {message}", "error_type": "tool_error"})
+
+
+@pytest.mark.parametrize("choice", ["get_weather", "auto", "none", "required",
+                                    {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_tool_choice_tgi_finds_is_taken(choice: object) -> None:
+    req = tgi_chat.chat_request({"messages": MSG, "tools": TOOLS, "tool_choice": choice})
+    assert [t.name for t in req.tools] == ["get_weather"]
+
+
+@pytest.mark.anyio
+async def test_a_streaming_tool_error_through_the_app() -> None:
+    with respx.mock(assert_all_called=False) as r:
+        resp = await call(r, {"model": "tgi", "messages": MSG, "stream": True, "tools": TOOLS,
+                              "tool_choice": "nope"})
+    assert resp.status_code == 422
+    assert resp.json() == {"error": "Tool error: Tool with name nope not found",
+                           "error_type": "tool_error"}
+
+
 def test_only_refusals_of_tgi_chat_requests_are_rendered_so() -> None:
     assert tgi_chat.refusal(errors.InvalidRequest("`top_p` bad", field="top_p")) is None
 
