@@ -361,27 +361,36 @@ class StatusEndpoint:
 
     async def serve(self, client: peer.Peer) -> None:
         headers = client.headers
+        rid = headers.get("x-request-id") or new_id()  # every answer has one (SPEC.md)
+        # and one log line, as vLLM's access log has one for each probe and scrape
+        x = Exchange(rid, client.path, time.perf_counter())
         ctx = base.RequestContext(client.path, client.path_params, headers,
                                   self.services.router.options)
         try:
             if _guarded(client.path):
                 check_key(self.services.keys, headers)
             out = self.answer(self.view(), ctx)
-        except errors.Unauthorized as exc:
-            out = unauthorized(self.render_error(exc))
         except errors.GatewayError as exc:
             out = self.render_error(exc)
+            if isinstance(exc, errors.Unauthorized):
+                out = unauthorized(out)
+            x.outcome = "client_error" if _callers(exc) else "error"
+            x.error, x.error_type = logged(exc), telemetry.error_type(exc)
         except Exception as exc:  # a bug: logged, answered cleanly
-            observability.log_bug("", exc)
+            observability.log_bug(rid, exc)
             out = self.render_error(errors.GatewayError("internal gateway error"))
+            x.outcome, x.error_type = "bug", type(exc).__name__
+        x.status = out.status
         # no media type: no content-type at all (TGI's healthy /health is `()`)
         hdrs = [(b"content-type", out.media_type.encode())] if out.media_type else []
         hdrs += [(k.encode(), v.encode()) for k, v in out.headers.items()]
-        rid = headers.get("x-request-id") or new_id()  # every answer has one (SPEC.md)
         hdrs.append((b"x-request-id", rid.encode("latin-1")))
-        await client.send({"type": "http.response.start", "status": out.status,
-                           "headers": hdrs})
-        await client.send({"type": "http.response.body", "body": out.body})
+        try:
+            await client.send({"type": "http.response.start", "status": out.status,
+                               "headers": hdrs})
+            await client.send({"type": "http.response.body", "body": out.body})
+        finally:
+            observability.log_exchange(x)
 
 
 def _guarded(path: str) -> bool:

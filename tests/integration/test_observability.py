@@ -121,6 +121,9 @@ def traffic(url: str) -> dict[str, int]:
         deadline = time.monotonic() + 10  # until the gateway has seen the disconnect
         while time.monotonic() < deadline and IN_FLIGHT_SIM in client.get("/metrics").text:
             time.sleep(0.05)
+        out["models"] = client.get("/v1/models", headers={"x-request-id": "models-id"}
+                                   ).status_code
+        out["health"] = client.get("/health", headers={"x-request-id": "health-id"}).status_code
         # a path no route takes (a client's base URL one letter off)
         out["no_route"] = client.post("/v1/chat/completion", json={}, headers={
             "x-request-id": "no-route-id"}).status_code
@@ -161,7 +164,8 @@ def test_every_line_is_json_with_lifecycle_events(run: Run) -> None:
 
 def test_request_lines_are_levelled_by_outcome(run: Run) -> None:
     assert run.statuses == {"stream": 200, "whole": 200, "unknown": 404, "dead": 503,
-                            "gone": 200, "no_route": 404, "wire": 400}
+                            "gone": 200, "models": 200, "health": 200, "no_route": 404,
+                            "wire": 400}
     requests = [json.loads(line) for line in run.lines if '"event":"request"' in line]
     by_status = {(r["status"], r["level"]) for r in requests if r["model"] != "sim"}
     assert by_status == {(200, "info"), (404, "info"), (503, "warning")}
@@ -239,3 +243,13 @@ def test_requests_no_route_takes_and_refusals_at_the_wire_have_their_line(run: R
     assert (wire["event"], wire["status"], wire["level"]) == (
         "invalid_http_request", 400, "warning")
     assert "Host" in wire["reason"]
+
+
+def test_status_routes_have_their_line(run: Run) -> None:
+    """SPEC.md: every request gets an id and one structured log line; probes and model lists
+    too (vLLM's server logs each `GET /health` in its access log)."""
+    records = [json.loads(line) for line in run.lines if line.strip()]
+    for rid, path in (("models-id", "/v1/models"), ("health-id", "/health")):
+        (line,) = [r for r in records if r.get("request_id") == rid]
+        assert (line["event"], line["status"], line["level"], line["path"]) == (
+            "request", 200, "info", path)
