@@ -162,3 +162,27 @@ def test_continues_says_what_continuation_does_without_making_a_request(
         if template else {}
     b = registry.backend(name)
     assert b.continues(req, options) == (b.continuation(req, " upon", 1, options) is not None)
+
+
+@pytest.mark.anyio
+async def test_a_completion_without_a_limit_is_continued_within_its_default_of_16() -> None:
+    """vLLM's completions default `max_tokens` is 16 (protocol.py CompletionRequest; OpenAI's
+    API reference likewise): a stream cut after one token is continued with `max_tokens` 15,
+    not with the worker's default again (which would let the answer run to 17 tokens)."""
+    head = (b'data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":'
+            b'[{"index":0,"text":"Hel","logprobs":null,"finish_reason":null}]}\n\n')
+    rest = (b'data: {"id":"d","object":"text_completion","created":2,"model":"m","choices":'
+            b'[{"index":0,"text":"lo","logprobs":null,"finish_reason":"length"}]}\n\n'
+            b"data: [DONE]\n\n")
+    with respx.mock(assert_all_called=True) as r:
+        harness.healthy(r)
+        first = r.post(f"{UP1}/v1/completions").mock(return_value=httpx.Response(
+            200, stream=harness.Broken([head])))
+        cont = r.post(f"{UP2}/v1/completions").mock(return_value=httpx.Response(
+            200, content=rest))
+        resp = await harness.call(r, {"model": "demo", "prompt": "Say", "stream": True},
+                                  path="/v1/completions")
+    assert "max_tokens" not in orjson.loads(first.calls.last.request.content)
+    sent = orjson.loads(cont.calls.last.request.content)
+    assert (sent["prompt"], sent["max_tokens"]) == ("SayHel", 15)
+    assert resp.text.endswith("data: [DONE]\n\n") and '"error"' not in resp.text
