@@ -294,6 +294,10 @@ class TgiBackend:
         if req.answer_so_far:
             answer_so_far(body["messages"], req.answer_so_far)
         params.apply(CHAT, req, WORKER, body, unknown=UNKNOWN_EXTRA)
+        if body.get("temperature") == 0:
+            # Greedy, as on /generate (generate_body): try_into_generate makes temperature 0
+            # `do_sample: false` but passes `top_p` on, which samples again (has_warpers).
+            body.pop("top_p", None)
         if req.tools is not None:
             body["tools"] = [{"type": "function", "function": {
                 "name": t.name, "description": t.description,

@@ -139,6 +139,16 @@ def test_chat_goes_to_tgis_messages_api_as_model_tgi() -> None:
                     "top_logprobs": 2, "stream": True, "stream_options": {"include_usage": True}}
 
 
+@pytest.mark.parametrize("fields", [{"temperature": 0}, {"temperature": 0.0}])
+def test_chat_at_temperature_zero_is_greedy_whatever_top_p_says(fields: dict[str, Any]) -> None:
+    """TGI's chat maps temperature 0 to `do_sample: false` (lib.rs try_into_generate) but
+    passes `top_p` on, and a `top_p` below 1 makes it sample again (server/text_generation_server/
+    utils/tokens.py NextTokenChooser: `sampling = do_sample or has_warpers`): greedy, as an
+    OpenAI client means temperature 0, is asked without it, as on /generate."""
+    _, body = built(chat(top_p=0.9, max_tokens=3, **fields))
+    assert "top_p" not in body and body["temperature"] == 0
+
+
 def test_chat_tools_and_messages_in_tgis_shapes() -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     msgs = [{"role": "user", "content": "Hi"},
