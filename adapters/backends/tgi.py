@@ -29,9 +29,10 @@ LOAD = base.LoadGauges(queued=("tgi_queue_size",))
 
 WORKER = "tgi"
 
-# launcher/src/main.rs defaults: --max-stop-sequences 4, --max-best-of 2.
+# launcher/src/main.rs defaults: --max-stop-sequences 4, --max-best-of 2, --max-top-n-tokens 5.
 MAX_STOP_SEQUENCES = 4
 MAX_BEST_OF = 2
+MAX_TOP_N_TOKENS = 5
 
 # What TGI can return besides text: token ids and logprobs per token (/generate details,
 # StreamResponse.token; not in its chat API), prompt logprobs only without streaming
@@ -83,6 +84,17 @@ def _stop(v: list[str]) -> dict[str, Any]:
         raise params.invalid("stop", f"supports up to {MAX_STOP_SEQUENCES} stop sequences "
                              f"on this model's worker (tgi). Given: {len(v)}")
     return {"stop": v}
+
+
+def _top_n(key: str) -> Translate:
+    """validation.rs `TopNTokens`: at most --max-top-n-tokens alternatives per token, on
+    /generate (`top_n_tokens`) and chat (`top_logprobs`, its `top_n_tokens`) alike."""
+    def fn(v: int) -> dict[str, Any]:
+        if v > MAX_TOP_N_TOKENS:
+            raise params.invalid("top_logprobs", f"must be <= {MAX_TOP_N_TOKENS} on this "
+                                 f"model's worker (tgi). Given: {v}")
+        return {key: v}
+    return Translate(fn)
 
 
 def _top_k(v: int) -> dict[str, Any]:
@@ -159,7 +171,7 @@ GENERATE: dict[str, params.Rule] = {
     "truncate": Send("truncate"),
     "watermark": Send("watermark"),
     "logprobs": Own("every token comes with its logprob (details)"),
-    "top_logprobs": Send("top_n_tokens"),
+    "top_logprobs": _top_n("top_n_tokens"),
     "prompt_logprobs": _capable("prompt_logprobs", "generate",
                                 Own("decoder_input_details, without streaming"), "none"),
     "token_ids": _capable("token_ids", "generate", Own("every token comes with its id"), "none"),
@@ -189,7 +201,7 @@ CHAT: dict[str, params.Rule] = {
     "truncate": Refuse("TGI's chat API does not truncate"),
     "watermark": Refuse("TGI's chat API does not watermark", noop=False),
     "logprobs": Send("logprobs"),
-    "top_logprobs": Send("top_logprobs"),
+    "top_logprobs": _top_n("top_logprobs"),
     "prompt_logprobs": _capable("prompt_logprobs", "chat", Own("prompt"),
                                 "TGI's chat API has no prompt logprobs"),
     "token_ids": _capable("token_ids", "chat", Own("ids"), "TGI's chat API returns no token ids"),

@@ -176,6 +176,24 @@ def test_chat_refusals_name_the_field(fields: dict[str, Any], field: str) -> Non
     assert exc.value.field == field
 
 
+@pytest.mark.parametrize("req", [
+    chat(logprobs=True, top_logprobs=6), chat(logprobs=True, top_logprobs=20, stream=True),
+    completion(logprobs=6)], ids=["chat", "chat-stream", "completion"])
+def test_more_alternatives_than_tgi_gives_are_the_clients_400(
+        req: canonical.InferenceRequest) -> None:
+    """TGI refuses `top_n_tokens` above `--max-top-n-tokens` (launcher main.rs default 5;
+    router validation.rs `TopNTokens`: "`top_n_tokens` must be >= 0 and <= 5"), which both its
+    /generate and its chat route (`top_logprobs` as `top_n_tokens`, lib.rs try_into_generate)
+    check: the client's 400 names its field before any request, not the worker's 422 naming
+    a TGI field the client never sent; 5 and fewer go as asked."""
+    with pytest.raises(errors.InvalidRequest) as exc:
+        BACKEND.check(req)
+    assert exc.value.field == "top_logprobs" and exc.value.status == 400
+    assert "`top_logprobs` must be <= 5" in exc.value.message
+    assert built(chat(logprobs=True, top_logprobs=5))[1]["top_logprobs"] == 5
+    assert parameters(completion(logprobs=5))["top_n_tokens"] == 5
+
+
 def test_tgi_clients_keep_their_stop_sequence_and_regex_grammar() -> None:
     req = tgi_frontend.TgiFrontend("stream").parse(orjson.dumps({"inputs": "Hi", "parameters": {
         "stop": ["."], "grammar": {"type": "regex", "value": "[0-9]+"}, "details": True}}),
