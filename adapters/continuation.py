@@ -70,8 +70,16 @@ def chat_prefix(req: canonical.InferenceRequest, text_so_far: str, tokens_so_far
     if not chat_possible(req):
         return None
     assert req.messages is not None
-    turn = canonical.Message("assistant", text_so_far)
-    return dataclasses.replace(req, messages=[*req.messages, turn],
+    last = req.messages[-1] if req.messages else None
+    if (req.extra.get("continue_final_message") is True and last is not None
+            and last.role == "assistant" and isinstance(last.content, str)):
+        # the client's own prefill, which the worker was already continuing: the text so far
+        # goes on after it, in the same open turn
+        messages = [*req.messages[:-1],
+                    dataclasses.replace(last, content=last.content + text_so_far)]
+    else:
+        messages = [*req.messages, canonical.Message("assistant", text_so_far)]
+    return dataclasses.replace(req, messages=messages,
                                sampling=_budget(req, tokens_so_far), extra={**req.extra, **flags})
 
 

@@ -10,7 +10,7 @@ import respx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters import registry
+from adapters import base, registry
 from gateway import config
 from schemas import canonical
 from tests.unit import test_pipeline_respx as harness
@@ -186,3 +186,23 @@ async def test_a_completion_without_a_limit_is_continued_within_its_default_of_1
     sent = orjson.loads(cont.calls.last.request.content)
     assert (sent["prompt"], sent["max_tokens"]) == ("SayHel", 15)
     assert resp.text.endswith("data: [DONE]\n\n") and '"error"' not in resp.text
+
+
+def test_vllm_continues_a_clients_own_prefill_with_the_text_after_it() -> None:
+    """A client that asked vLLM to continue its own final assistant message
+    (`continue_final_message: true`, vLLM protocol.py ChatCompletionRequest: "the final message
+    in the prompt will be open-ended") has that message's content then the text so far as the
+    turn being written: the continuation extends that message, as TGI's does, not a second
+    assistant message after it (which vLLM would render after the prefill's closed turn)."""
+    req = canonical.InferenceRequest(
+        messages=[canonical.Message("user", "Go on"), canonical.Message("assistant", " The")],
+        stream=True, sampling=canonical.Sampling(max_tokens=5),
+        extra={"continue_final_message": True, "add_generation_prompt": False})
+    backend = registry.backend("vllm")
+    cont = backend.continuation(req, " answer", 1)
+    assert cont is not None and req.messages is not None and len(req.messages) == 2
+    body = orjson.loads(backend.build(cont, base.Target("http://v", "m", {})).body)
+    assert body["messages"] == [{"role": "user", "content": "Go on"},
+                                {"role": "assistant", "content": " The answer"}]
+    assert (body["continue_final_message"], body["add_generation_prompt"]) == (True, False)
+    assert body["max_tokens"] == 4
