@@ -20,12 +20,19 @@ import dataclasses
 
 from schemas import canonical
 
+# Client extras that hold the whole answer to a guide (vLLM protocol.py `structured_outputs`
+# and its older `guided_*` fields; TGI's front end sends a regex grammar as the first): a
+# continuation would hold only the rest of the answer to it.
+GUIDES = frozenset({"structured_outputs", "guided_json", "guided_regex", "guided_choice",
+                    "guided_grammar", "structural_tag"})
+
 
 def plain(req: canonical.InferenceRequest) -> bool:
     """Whether the answer is one run of text another worker can carry on."""
     s = req.sampling
     return (s.n == 1 and not s.best_of and not s.num_beams and req.prompt_logprobs is None
-            and not req.echo and not req.tools and req.response_format is None)
+            and not req.echo and not req.tools and req.response_format is None
+            and (not req.extra or GUIDES.isdisjoint(req.extra)))
 
 
 def _budget(req: canonical.InferenceRequest, tokens_so_far: int) -> canonical.Sampling:

@@ -3,6 +3,8 @@ one stream the client sees (vLLM: `continue_final_message`; completions: prompt 
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import orjson
 import pytest
@@ -206,3 +208,22 @@ def test_vllm_continues_a_clients_own_prefill_with_the_text_after_it() -> None:
                                 {"role": "assistant", "content": " The answer"}]
     assert (body["continue_final_message"], body["add_generation_prompt"]) == (True, False)
     assert body["max_tokens"] == 4
+
+
+@pytest.mark.parametrize("extra", [
+    {"structured_outputs": {"regex": "[0-9]+"}}, {"guided_json": {"type": "object"}},
+    {"guided_regex": "a+"}, {"guided_choice": ["yes", "no"]}, {"guided_grammar": "root ::= x"},
+    {"structural_tag": "{}"}])
+def test_a_structured_answer_is_not_continued(extra: dict[str, Any]) -> None:
+    """A guide (vLLM protocol.py `structured_outputs` and its older `guided_*` fields; TGI's
+    front end sends a regex grammar as `structured_outputs`) constrains the whole answer: a
+    continuation would hold only its rest to it, as `response_format` already is not
+    continued."""
+    text = canonical.InferenceRequest(prompts=["Once"], stream=True, extra=extra,
+                                      sampling=canonical.Sampling(max_tokens=5))
+    chat = canonical.InferenceRequest(messages=[canonical.Message("user", "hi")], stream=True,
+                                      extra=extra)
+    for name in ("vllm", "tgi", "triton"):
+        b = registry.backend(name)
+        assert b.continuation(text, " upon", 1) is None and not b.continues(text)
+        assert b.continuation(chat, " x", 1) is None and not b.continues(chat)
