@@ -235,6 +235,10 @@ class TgiBackend:
     def check(self, req: canonical.InferenceRequest) -> None:
         if req.is_chat:
             params.apply(CHAT, req, WORKER, unknown=UNKNOWN_EXTRA)
+            if req.tools is not None and req.response_format is not None \
+                    and _chat_grammar(req.response_format):
+                raise params.refuse("response_format", "TGI's chat API takes tools or a "
+                                    "grammar, not both (lib.rs try_into_generate)", WORKER)
             return
         params.apply(GENERATE, req, WORKER, unknown=UNKNOWN_EXTRA)
         prompts = req.prompts or []

@@ -176,6 +176,22 @@ def test_chat_refusals_name_the_field(fields: dict[str, Any], field: str) -> Non
     assert exc.value.field == field
 
 
+def test_chat_with_tools_and_a_response_format_is_the_clients_400() -> None:
+    """TGI's chat route refuses both at once (router lib.rs try_into_generate: "Grammar and
+    tools are mutually exclusive", a 422 ToolError), its tools being a grammar of their own:
+    the client's 400 names `response_format` before any request; each alone goes."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string"}}}}}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "string"}}}}}
+    with pytest.raises(errors.Unsupported) as exc:
+        BACKEND.check(chat(tools=tools, response_format=fmt))
+    assert exc.value.field == "response_format" and exc.value.status == 400
+    assert "`response_format`" in exc.value.message
+    assert "response_format" in built(chat(response_format=fmt))[1]
+    assert "tools" in built(chat(tools=tools))[1]
+
+
 @pytest.mark.parametrize("req", [
     chat(logprobs=True, top_logprobs=6), chat(logprobs=True, top_logprobs=20, stream=True),
     completion(logprobs=6)], ids=["chat", "chat-stream", "completion"])
