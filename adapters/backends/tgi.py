@@ -22,6 +22,7 @@ import orjson
 from adapters import base, continuation
 from adapters.backends import params, stops, tgi_decode
 from adapters.backends.params import Drop, Own, Refuse, Send, Translate
+from adapters.backends.tgi_messages import answer_so_far, message, trimmed
 from schemas import canonical, errors
 
 # TGI router metrics (router/src/infer/queue.rs, `tgi_queue_size`): requests awaiting a batch.
@@ -379,39 +380,3 @@ class TgiBackend:
     def continues(self, req: canonical.InferenceRequest,
                   options: base.Options = base.NO_OPTIONS) -> bool:
         return continuation.possible(req)
-
-
-def answer_so_far(messages: list[dict[str, Any]], text: str) -> None:
-    """The answer so far as the final assistant message, which TGI continues: it renders the
-    chat with the generation prompt, then cuts the prompt after the last occurrence of that
-    message's content and trims the whitespace at its end (chat_template.rs `apply`, after
-    transformers' text-generation pipeline). A client's own final assistant message (a
-    prefill TGI was already continuing) takes the text after its content."""
-    last = messages[-1] if messages else None
-    if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), str):
-        last["content"] += text
-    else:
-        messages.append({"role": "assistant", "content": text})
-
-
-def trimmed(text: str | None) -> str:
-    """The whitespace TGI trims off the end of a continued assistant message: the model writes
-    it again (a token opens with its space or newline), and the client has it already."""
-    return text[len(text.rstrip()):] if text else ""
-
-
-def message(m: canonical.Message) -> dict[str, Any]:
-    """TGI's `Message` (lib.rs): `content` or `tool_calls` (an untagged body, so a `null`
-    content is left out), and `name`; TGI ignores `tool_call_id` but it is kept for templates."""
-    out: dict[str, Any] = {"role": m.role}
-    if m.tool_calls:
-        out["tool_calls"] = [{"id": c.id, "type": "function",
-                              "function": {"name": c.name, "arguments": c.arguments}}
-                             for c in m.tool_calls]
-    else:
-        out["content"] = m.content if m.content is not None else ""
-    if m.name is not None:
-        out["name"] = m.name
-    if m.tool_call_id is not None:
-        out["tool_call_id"] = m.tool_call_id
-    return out
