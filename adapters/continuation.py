@@ -20,12 +20,19 @@ import dataclasses
 
 from schemas import canonical
 
+# Client extras that hold the whole answer to a guide (vLLM protocol.py `structured_outputs`
+# and its older `guided_*` fields; TGI's front end sends a regex grammar as the first): a
+# continuation would hold only the rest of the answer to it.
+GUIDES = frozenset({"structured_outputs", "guided_json", "guided_regex", "guided_choice",
+                    "guided_grammar", "structural_tag"})
+
 
 def plain(req: canonical.InferenceRequest) -> bool:
     """Whether the answer is one run of text another worker can carry on."""
     s = req.sampling
     return (s.n == 1 and not s.best_of and not s.num_beams and req.prompt_logprobs is None
-            and not req.echo and not req.tools and req.response_format is None)
+            and not req.echo and not req.tools and req.response_format is None
+            and (not req.extra or GUIDES.isdisjoint(req.extra)))
 
 
 def _budget(req: canonical.InferenceRequest, tokens_so_far: int) -> canonical.Sampling:
@@ -70,8 +77,16 @@ def chat_prefix(req: canonical.InferenceRequest, text_so_far: str, tokens_so_far
     if not chat_possible(req):
         return None
     assert req.messages is not None
-    turn = canonical.Message("assistant", text_so_far)
-    return dataclasses.replace(req, messages=[*req.messages, turn],
+    last = req.messages[-1] if req.messages else None
+    if (req.extra.get("continue_final_message") is True and last is not None
+            and last.role == "assistant" and isinstance(last.content, str)):
+        # the client's own prefill, which the worker was already continuing: the text so far
+        # goes on after it, in the same open turn
+        messages = [*req.messages[:-1],
+                    dataclasses.replace(last, content=last.content + text_so_far)]
+    else:
+        messages = [*req.messages, canonical.Message("assistant", text_so_far)]
+    return dataclasses.replace(req, messages=messages,
                                sampling=_budget(req, tokens_so_far), extra={**req.extra, **flags})
 
 

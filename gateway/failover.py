@@ -37,6 +37,18 @@ def one_choice(req: canonical.InferenceRequest) -> canonical.InferenceRequest:
     return dataclasses.replace(req, sampling=dataclasses.replace(req.sampling, n=1))
 
 
+def limited(req: canonical.InferenceRequest, backend: base.Backend) -> canonical.InferenceRequest:
+    """The request with the token limit its first attempt had, named: a client that set none
+    got the protocol's default (OpenAI and vLLM completions: 16; `Backend.token_limit`), so a
+    continuation asks for what is left of that, not for the default again."""
+    if req.sampling.max_tokens is not None:
+        return req
+    limit = backend.token_limit(req)
+    if limit is None:
+        return req
+    return dataclasses.replace(req, sampling=dataclasses.replace(req.sampling, max_tokens=limit))
+
+
 def resumable(req: canonical.InferenceRequest, backend: base.Backend,
               options: Mapping[str, Any] = base.NO_OPTIONS) -> bool:
     """Whether each choice of `req` can be continued by this backend's workers: one prompt
@@ -91,7 +103,7 @@ class Progress:
                  ) -> list[tuple[int, canonical.InferenceRequest]] | None:
         """A continuation of each open choice, or None when one cannot be continued; from
         now on the continuations' events count on what was sent so far."""
-        one = one_choice(req)
+        one = limited(one_choice(req), backend)
         out = []
         for c in self.open():
             cont = backend.continuation(one, "".join(self.texts[c]), self.tokens[c], options)

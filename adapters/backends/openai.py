@@ -119,6 +119,9 @@ OPENAI_EXTRAS: dict[str, params.Rule] = {
     # OpenAI fields, and dropping them would change the answer unsaid (vLLM declares them).
     **{name: Refuse("not an OpenAI API field", message=NOT_SUPPORTED)
        for name in ("bad_words", "allowed_token_ids")},
+    # vLLM's structured output (TGI's front end sends a regex `grammar` so): no OpenAI field
+    # says it, and dropping it would answer unconstrained text.
+    "structured_outputs": Refuse("not an OpenAI API field", message=NOT_SUPPORTED),
 }
 OPENAI_EXTRA_FIELDS = frozenset(OPENAI_EXTRAS)
 
@@ -188,6 +191,9 @@ class OpenAIBackend:
             rule = self.EXTRAS.get(key, self.UNKNOWN_EXTRA)
             if isinstance(rule, Send):
                 body.setdefault(rule.key or key, value)
+            elif isinstance(rule, Translate) and value is not None:
+                for name, said in rule.fn(value).items():  # checked by check()
+                    body.setdefault(name, said)
         return base.UpstreamRequest(  # positional (streaming last): no keywords' dict
             "POST", target.base_url.rstrip("/") + path, orjson.dumps(body),
             {"content-type": "application/json"}, req.stream)

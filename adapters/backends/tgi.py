@@ -22,6 +22,7 @@ import orjson
 from adapters import base, continuation
 from adapters.backends import params, stops, tgi_decode
 from adapters.backends.params import Drop, Own, Refuse, Send, Translate
+from adapters.backends.tgi_messages import answer_so_far, message, trimmed
 from schemas import canonical, errors
 
 # TGI router metrics (router/src/infer/queue.rs, `tgi_queue_size`): requests awaiting a batch.
@@ -29,9 +30,10 @@ LOAD = base.LoadGauges(queued=("tgi_queue_size",))
 
 WORKER = "tgi"
 
-# launcher/src/main.rs defaults: --max-stop-sequences 4, --max-best-of 2.
+# launcher/src/main.rs defaults: --max-stop-sequences 4, --max-best-of 2, --max-top-n-tokens 5.
 MAX_STOP_SEQUENCES = 4
 MAX_BEST_OF = 2
+MAX_TOP_N_TOKENS = 5
 
 # What TGI can return besides text: token ids and logprobs per token (/generate details,
 # StreamResponse.token; not in its chat API), prompt logprobs only without streaming
@@ -83,6 +85,17 @@ def _stop(v: list[str]) -> dict[str, Any]:
         raise params.invalid("stop", f"supports up to {MAX_STOP_SEQUENCES} stop sequences "
                              f"on this model's worker (tgi). Given: {len(v)}")
     return {"stop": v}
+
+
+def _top_n(key: str) -> Translate:
+    """validation.rs `TopNTokens`: at most --max-top-n-tokens alternatives per token, on
+    /generate (`top_n_tokens`) and chat (`top_logprobs`, its `top_n_tokens`) alike."""
+    def fn(v: int) -> dict[str, Any]:
+        if v > MAX_TOP_N_TOKENS:
+            raise params.invalid("top_logprobs", f"must be <= {MAX_TOP_N_TOKENS} on this "
+                                 f"model's worker (tgi). Given: {v}")
+        return {key: v}
+    return Translate(fn)
 
 
 def _top_k(v: int) -> dict[str, Any]:
@@ -159,7 +172,7 @@ GENERATE: dict[str, params.Rule] = {
     "truncate": Send("truncate"),
     "watermark": Send("watermark"),
     "logprobs": Own("every token comes with its logprob (details)"),
-    "top_logprobs": Send("top_n_tokens"),
+    "top_logprobs": _top_n("top_n_tokens"),
     "prompt_logprobs": _capable("prompt_logprobs", "generate",
                                 Own("decoder_input_details, without streaming"), "none"),
     "token_ids": _capable("token_ids", "generate", Own("every token comes with its id"), "none"),
@@ -189,7 +202,7 @@ CHAT: dict[str, params.Rule] = {
     "truncate": Refuse("TGI's chat API does not truncate"),
     "watermark": Refuse("TGI's chat API does not watermark", noop=False),
     "logprobs": Send("logprobs"),
-    "top_logprobs": Send("top_logprobs"),
+    "top_logprobs": _top_n("top_logprobs"),
     "prompt_logprobs": _capable("prompt_logprobs", "chat", Own("prompt"),
                                 "TGI's chat API has no prompt logprobs"),
     "token_ids": _capable("token_ids", "chat", Own("ids"), "TGI's chat API returns no token ids"),
@@ -223,6 +236,10 @@ class TgiBackend:
     def check(self, req: canonical.InferenceRequest) -> None:
         if req.is_chat:
             params.apply(CHAT, req, WORKER, unknown=UNKNOWN_EXTRA)
+            if req.tools is not None and req.response_format is not None \
+                    and _chat_grammar(req.response_format):
+                raise params.refuse("response_format", "TGI's chat API takes tools or a "
+                                    "grammar, not both (lib.rs try_into_generate)", WORKER)
             return
         params.apply(GENERATE, req, WORKER, unknown=UNKNOWN_EXTRA)
         prompts = req.prompts or []
@@ -294,6 +311,10 @@ class TgiBackend:
         if req.answer_so_far:
             answer_so_far(body["messages"], req.answer_so_far)
         params.apply(CHAT, req, WORKER, body, unknown=UNKNOWN_EXTRA)
+        if body.get("temperature") == 0:
+            # Greedy, as on /generate (generate_body): try_into_generate makes temperature 0
+            # `do_sample: false` but passes `top_p` on, which samples again (has_warpers).
+            body.pop("top_p", None)
         if req.tools is not None:
             body["tools"] = [{"type": "function", "function": {
                 "name": t.name, "description": t.description,
@@ -359,39 +380,3 @@ class TgiBackend:
     def continues(self, req: canonical.InferenceRequest,
                   options: base.Options = base.NO_OPTIONS) -> bool:
         return continuation.possible(req)
-
-
-def answer_so_far(messages: list[dict[str, Any]], text: str) -> None:
-    """The answer so far as the final assistant message, which TGI continues: it renders the
-    chat with the generation prompt, then cuts the prompt after the last occurrence of that
-    message's content and trims the whitespace at its end (chat_template.rs `apply`, after
-    transformers' text-generation pipeline). A client's own final assistant message (a
-    prefill TGI was already continuing) takes the text after its content."""
-    last = messages[-1] if messages else None
-    if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), str):
-        last["content"] += text
-    else:
-        messages.append({"role": "assistant", "content": text})
-
-
-def trimmed(text: str | None) -> str:
-    """The whitespace TGI trims off the end of a continued assistant message: the model writes
-    it again (a token opens with its space or newline), and the client has it already."""
-    return text[len(text.rstrip()):] if text else ""
-
-
-def message(m: canonical.Message) -> dict[str, Any]:
-    """TGI's `Message` (lib.rs): `content` or `tool_calls` (an untagged body, so a `null`
-    content is left out), and `name`; TGI ignores `tool_call_id` but it is kept for templates."""
-    out: dict[str, Any] = {"role": m.role}
-    if m.tool_calls:
-        out["tool_calls"] = [{"id": c.id, "type": "function",
-                              "function": {"name": c.name, "arguments": c.arguments}}
-                             for c in m.tool_calls]
-    else:
-        out["content"] = m.content if m.content is not None else ""
-    if m.name is not None:
-        out["name"] = m.name
-    if m.tool_call_id is not None:
-        out["tool_call_id"] = m.tool_call_id
-    return out

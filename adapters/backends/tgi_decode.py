@@ -185,7 +185,7 @@ class TgiChatDecoder(openai_decode.OpenAIDecoder):
         super().__init__(True, streaming)
         self._trim = stops.StopTrimmer(stop, keep_stop)
         # A continuation's answer repeats the whitespace TGI trimmed off the text so far
-        # (tgi.trimmed): dropped from its start, as far as it repeats it.
+        # (tgi_messages.trimmed): dropped from its start, as far as it repeats it.
         self._skip = skip
         self._roles: set[int] = set()
         self._called: set[int] = set()  # choices that made a tool call

@@ -102,7 +102,9 @@ TRITON: dict[str, params.Rule] = {
     "presence_penalty": Send("presence_penalty"),
     "frequency_penalty": Send("frequency_penalty"),
     "length_penalty": Send("length_penalty"),
-    "seed": Send("seed"),
+    # TYPE_UINT64, read with AsUInt (server http_server.cc): a negative 64-bit seed (vLLM's
+    # range) as its u64 bits, as TGI's `seed: Option<u64>` gets it (tgi.py)
+    "seed": Translate(lambda v: {"seed": v % 2**64}),
     "stop": Send("stop_words"),
     "stop_token_ids": Refuse("the ensemble takes stop words, not token ids"),
     "ignore_eos": Refuse("the ensemble cannot ignore the end of sequence", noop=False),

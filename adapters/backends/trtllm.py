@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import orjson
+
 from adapters.backends import openai, params, vllm
-from adapters.backends.params import Refuse, Send
+from adapters.backends.params import Refuse, Send, Translate
 from schemas import canonical
 
 # trtllm-serve took its sampling extras from vLLM's protocol.py (its header says "Adapted
@@ -22,7 +24,34 @@ TRTLLM_SAMPLING: dict[str, params.Rule] = vllm.VLLM_SAMPLING
 
 # Request fields trtllm-serve declares beyond those the canonical model carries: a client's
 # extra field passes only if it is one of these (openai_protocol.py, both request classes).
-TRTLLM_EXTRAS: dict[str, params.Rule] = {name: Send() for name in (
+def _structured_outputs(v: Any) -> dict[str, Any]:
+    """vLLM's `structured_outputs` (TGI's front end sends a regex `grammar` so) as the
+    `response_format` trtllm-serve takes for the same guide (openai_protocol.py ResponseFormat
+    and `_response_format_to_guided_decoding_params`: regex, json with `schema`, json_object,
+    ebnf)."""
+    if isinstance(v, dict):
+        if isinstance(v.get("regex"), str):
+            return {"response_format": {"type": "regex", "regex": v["regex"]}}
+        schema = v.get("json")
+        if isinstance(schema, str):
+            try:
+                schema = orjson.loads(schema)
+            except orjson.JSONDecodeError:
+                raise params.invalid("structured_outputs", "`json` is not a JSON schema") \
+                    from None
+        if isinstance(schema, dict):
+            return {"response_format": {"type": "json", "schema": schema}}
+        if v.get("json_object") is True:
+            return {"response_format": {"type": "json_object"}}
+        if isinstance(v.get("grammar"), str):
+            return {"response_format": {"type": "ebnf", "ebnf": v["grammar"]}}
+    raise params.refuse("structured_outputs", "only `regex`, `json`, `json_object` and "
+                        "`grammar` have a `response_format`", "trtllm-serve")
+
+
+TRTLLM_EXTRAS: dict[str, params.Rule] = {
+    "structured_outputs": Translate(_structured_outputs),
+    **{name: Send() for name in (
     "use_beam_search", "top_p_min", "early_stopping", "include_stop_str_in_output",
     "spaces_between_special_tokens", "return_context_logits", "detokenize",
     "thinking_token_budget", "add_special_tokens", "lora_request", "priority",
@@ -30,7 +59,8 @@ TRTLLM_EXTRAS: dict[str, params.Rule] = {name: Send() for name in (
     # chat only
     "add_generation_prompt", "documents", "chat_template", "chat_template_kwargs",
     "cache_salt", "mm_processor_kwargs", "media_io_kwargs", "thinking", "agent_hierarchy",
-)}
+    )},
+}
 TRTLLM_EXTRA_FIELDS = frozenset(TRTLLM_EXTRAS)
 # The extras a chat keeps when it is continued through CompletionRequest: those it declares
 # with the same meaning. Not the chat's rendering inputs, its `add_special_tokens` (the

@@ -24,21 +24,29 @@ from typing import Any
 
 import orjson
 
-from adapters.backends import trtllm
 from simulator import server, settings
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 
-# openai_protocol.py ChatCompletionRequest / CompletionRequest fields (OpenAI's and trtllm's).
-_OPENAI = {"model", "messages", "prompt", "frequency_penalty", "logit_bias", "logprobs",
-           "top_logprobs", "max_tokens", "max_completion_tokens", "n", "presence_penalty",
-           "response_format", "seed", "stop", "stream", "stream_options", "temperature",
-           "top_p", "tools", "tool_choice", "parallel_tool_calls", "user", "reasoning_effort",
-           "echo", "best_of", "suffix", "top_k", "min_p", "repetition_penalty",
-           "length_penalty", "stop_token_ids", "ignore_eos", "min_tokens",
-           "skip_special_tokens", "truncate_prompt_tokens"}
-ALLOWED = _OPENAI | set(trtllm.TrtllmBackend.ACCEPTED_EXTRAS)
+# openai_protocol.py: the fields both request classes declare, then each one's own (written out
+# from the source, not from the gateway's tables, so that a field the gateway sends to the wrong
+# route is refused here as trtllm-serve refuses it).
+_BOTH = {"model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
+         "presence_penalty", "response_format", "seed", "stop", "stream", "stream_options",
+         "temperature", "top_p", "user", "echo", "best_of", "suffix", "use_beam_search", "top_k",
+         "top_p_min", "min_p", "repetition_penalty", "length_penalty", "early_stopping",
+         "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "min_tokens",
+         "skip_special_tokens", "spaces_between_special_tokens", "truncate_prompt_tokens",
+         "add_special_tokens", "disaggregated_params", "priority", "conversation_params",
+         "lora_request", "prompt_ignore_length", "thinking_token_budget"}
+ALLOWED_CHAT = _BOTH | {
+    "messages", "prompt_token_ids", "top_logprobs", "max_completion_tokens", "tools",
+    "tool_choice", "parallel_tool_calls", "reasoning_effort", "thinking",
+    "add_generation_prompt", "documents", "chat_template", "chat_template_kwargs",
+    "injected_chat_template_kwargs", "media_io_kwargs", "cache_salt", "agent_hierarchy",
+    "mm_processor_kwargs"}
+ALLOWED_COMPLETIONS = _BOTH | {"prompt", "return_context_logits", "detokenize"}
 
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}</s>\n"
             "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
@@ -76,6 +84,18 @@ def _drop_none(v: Any) -> Any:
     return v
 
 
+def _invalid(data: dict[str, Any]) -> str:
+    """The request classes' `mode="before"` validators (openai_protocol.py): stream options
+    only with a stream, `top_logprobs` only with `logprobs`, no `suffix`; "" when none fails."""
+    if data.get("stream_options") is not None and not data.get("stream"):
+        return "stream_options can only be set if stream is true"
+    if data.get("top_logprobs") is not None and not data.get("logprobs"):
+        return "logprobs must be true when using top_logprobs"
+    if data.get("suffix"):
+        return "suffix is not supported"
+    return ""
+
+
 def _error(message: str) -> bytes:
     return orjson.dumps({"object": "error", "message": message, "type": "BadRequestError",
                          "param": None, "code": 400})
@@ -98,13 +118,15 @@ class TrtllmFake:
             if not m.get("more_body"):
                 break
         data = orjson.loads(body)
-        bad = sorted(set(data) - ALLOWED) or (["model"] if "model" not in data else [])
-        if bad:
+        allowed = ALLOWED_CHAT if scope["path"] == "/v1/chat/completions" else ALLOWED_COMPLETIONS
+        bad = sorted(set(data) - allowed)
+        message = (f"1 validation error: {bad[0]}: Extra inputs are not permitted" if bad
+                   else "model: Field required" if "model" not in data
+                   else _invalid(data))
+        if message:
             await send({"type": "http.response.start", "status": 400,
                         "headers": [(b"content-type", b"application/json")]})
-            await send({"type": "http.response.body",
-                        "body": _error(f"1 validation error: {bad[0]}: Extra inputs are not "
-                                       "permitted" if "model" in data else "model: Field required")})
+            await send({"type": "http.response.body", "body": _error(message)})
             return None
         chat = continued_chat(data) if scope["path"] == "/v1/completions" else None
         if chat is not None:

@@ -121,3 +121,22 @@ def test_tgi_continues_a_clients_own_prefill_with_the_text_after_it() -> None:
     assert body["messages"] == [{"role": "user", "content": "Go on"},
                                 {"role": "assistant", "content": " The answer"}]
     assert body["max_tokens"] == 4
+
+
+@pytest.mark.anyio
+async def test_a_completion_without_a_limit_is_continued_within_the_protocols_default() -> None:
+    """OpenAI's completions default to 16 tokens (OpenAI's API reference, `max_tokens`
+    defaults to 16; vLLM protocol.py CompletionRequest.max_tokens = 16): the first attempt asks
+    the Triton worker for 16 (`max_tokens` is a required input of tensorrtllm_backend
+    ensemble/config.pbtxt), so its continuation after 2 tokens asks for the 14 left, not 16
+    more (an answer of 18 tokens where the client's protocol gives 16 at most)."""
+    a, b = triton_fake.app(), triton_fake.app()
+    async with hosts.serve(make_config("triton", upstream_model="ensemble"),
+                           {"a": a, "b": b}) as gw:
+        stream = await hosts.sdk(gw).completions.create(
+            model="m", prompt="Go [[error_after=2]]", stream=True)
+        text = "".join([c.choices[0].text async for c in stream if c.choices])
+    assert text == "".join(triton_fake.SCRIPT)
+    first, cont = a.state.requests[-1][1], b.state.requests[-1][1]
+    assert cont["text_input"] == first["text_input"] + " The answer"
+    assert (first["max_tokens"], cont["max_tokens"]) == (16, 14)

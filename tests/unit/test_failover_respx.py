@@ -3,6 +3,8 @@ one stream the client sees (vLLM: `continue_final_message`; completions: prompt 
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import orjson
 import pytest
@@ -10,7 +12,7 @@ import respx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters import registry
+from adapters import base, registry
 from gateway import config
 from schemas import canonical
 from tests.unit import test_pipeline_respx as harness
@@ -162,3 +164,66 @@ def test_continues_says_what_continuation_does_without_making_a_request(
         if template else {}
     b = registry.backend(name)
     assert b.continues(req, options) == (b.continuation(req, " upon", 1, options) is not None)
+
+
+@pytest.mark.anyio
+async def test_a_completion_without_a_limit_is_continued_within_its_default_of_16() -> None:
+    """vLLM's completions default `max_tokens` is 16 (protocol.py CompletionRequest; OpenAI's
+    API reference likewise): a stream cut after one token is continued with `max_tokens` 15,
+    not with the worker's default again (which would let the answer run to 17 tokens)."""
+    head = (b'data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":'
+            b'[{"index":0,"text":"Hel","logprobs":null,"finish_reason":null}]}\n\n')
+    rest = (b'data: {"id":"d","object":"text_completion","created":2,"model":"m","choices":'
+            b'[{"index":0,"text":"lo","logprobs":null,"finish_reason":"length"}]}\n\n'
+            b"data: [DONE]\n\n")
+    with respx.mock(assert_all_called=True) as r:
+        harness.healthy(r)
+        first = r.post(f"{UP1}/v1/completions").mock(return_value=httpx.Response(
+            200, stream=harness.Broken([head])))
+        cont = r.post(f"{UP2}/v1/completions").mock(return_value=httpx.Response(
+            200, content=rest))
+        resp = await harness.call(r, {"model": "demo", "prompt": "Say", "stream": True},
+                                  path="/v1/completions")
+    assert "max_tokens" not in orjson.loads(first.calls.last.request.content)
+    sent = orjson.loads(cont.calls.last.request.content)
+    assert (sent["prompt"], sent["max_tokens"]) == ("SayHel", 15)
+    assert resp.text.endswith("data: [DONE]\n\n") and '"error"' not in resp.text
+
+
+def test_vllm_continues_a_clients_own_prefill_with_the_text_after_it() -> None:
+    """A client that asked vLLM to continue its own final assistant message
+    (`continue_final_message: true`, vLLM protocol.py ChatCompletionRequest: "the final message
+    in the prompt will be open-ended") has that message's content then the text so far as the
+    turn being written: the continuation extends that message, as TGI's does, not a second
+    assistant message after it (which vLLM would render after the prefill's closed turn)."""
+    req = canonical.InferenceRequest(
+        messages=[canonical.Message("user", "Go on"), canonical.Message("assistant", " The")],
+        stream=True, sampling=canonical.Sampling(max_tokens=5),
+        extra={"continue_final_message": True, "add_generation_prompt": False})
+    backend = registry.backend("vllm")
+    cont = backend.continuation(req, " answer", 1)
+    assert cont is not None and req.messages is not None and len(req.messages) == 2
+    body = orjson.loads(backend.build(cont, base.Target("http://v", "m", {})).body)
+    assert body["messages"] == [{"role": "user", "content": "Go on"},
+                                {"role": "assistant", "content": " The answer"}]
+    assert (body["continue_final_message"], body["add_generation_prompt"]) == (True, False)
+    assert body["max_tokens"] == 4
+
+
+@pytest.mark.parametrize("extra", [
+    {"structured_outputs": {"regex": "[0-9]+"}}, {"guided_json": {"type": "object"}},
+    {"guided_regex": "a+"}, {"guided_choice": ["yes", "no"]}, {"guided_grammar": "root ::= x"},
+    {"structural_tag": "{}"}])
+def test_a_structured_answer_is_not_continued(extra: dict[str, Any]) -> None:
+    """A guide (vLLM protocol.py `structured_outputs` and its older `guided_*` fields; TGI's
+    front end sends a regex grammar as `structured_outputs`) constrains the whole answer: a
+    continuation would hold only its rest to it, as `response_format` already is not
+    continued."""
+    text = canonical.InferenceRequest(prompts=["Once"], stream=True, extra=extra,
+                                      sampling=canonical.Sampling(max_tokens=5))
+    chat = canonical.InferenceRequest(messages=[canonical.Message("user", "hi")], stream=True,
+                                      extra=extra)
+    for name in ("vllm", "tgi", "triton"):
+        b = registry.backend(name)
+        assert b.continuation(text, " upon", 1) is None and not b.continues(text)
+        assert b.continuation(chat, " x", 1) is None and not b.continues(chat)

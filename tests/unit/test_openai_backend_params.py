@@ -58,7 +58,8 @@ def test_every_backend_says_which_extras_it_takes() -> None:
     """The allow-lists: what a worker kind declares beyond the canonical fields."""
     assert {"chat_template_kwargs", "structured_outputs", "max_tokens"} <= \
         vllm.VllmBackend.ACCEPTED_EXTRAS
-    assert "structured_outputs" not in trtllm.TrtllmBackend.ACCEPTED_EXTRAS  # a 400 there
+    assert "structured_outputs" in trtllm.TrtllmBackend.ACCEPTED_EXTRAS  # as response_format
+    assert "structured_outputs" not in openai.OpenAIBackend.ACCEPTED_EXTRAS  # refused there
     assert "lora_request" in trtllm.TrtllmBackend.ACCEPTED_EXTRAS
     assert "suffix" in openai.OpenAIBackend.ACCEPTED_EXTRAS
     assert "suffix" not in trtllm.TrtllmBackend.ACCEPTED_EXTRAS  # check_suffix
@@ -105,14 +106,52 @@ def test_vllm_names_its_own_fields() -> None:
      "token ids are not available from this model's worker"),
     ("trtllm", {"prompt_logprobs": 1}, "`prompt_logprobs` is not supported by this model's "
      "worker"),
-    ("trtllm", {"structured_outputs": {"regex": "a"}},
-     "`structured_outputs` is not supported by this model's worker (trtllm-serve)"),
+    ("trtllm", {"structured_outputs": {"choice": ["a", "b"]}},
+     "`structured_outputs` is not supported by this model's worker (trtllm-serve): only "
+     "`regex`, `json`, `json_object` and `grammar` have a `response_format`"),
+    ("trtllm", {"guided_regex": "a"},
+     "`guided_regex` is not supported by this model's worker (trtllm-serve)"),
+    ("openai", {"structured_outputs": {"regex": "a"}},
+     "`structured_outputs` is not supported by this model's worker"),
     ("trtllm", {"suffix": "s"}, "`suffix` is not supported by this model's worker "
      "(trtllm-serve)"),
     ("vllm", {"typical_p": 0.5}, "`typical_p` is not supported by this model's worker"),
 ])
 def test_refusals_keep_their_words(kind: str, fields: dict[str, Any], message: str) -> None:
     assert refusal(kind, completion(**fields)) == message
+
+
+@pytest.mark.parametrize(("outputs", "response_format"), [
+    ({"regex": "[0-9]+"}, {"type": "regex", "regex": "[0-9]+"}),
+    ({"json": {"type": "object", "properties": {"a": {"type": "string"}}}},
+     {"type": "json", "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}),
+    ({"json": '{"type": "object"}'}, {"type": "json", "schema": {"type": "object"}}),
+    ({"json_object": True}, {"type": "json_object"}),
+    ({"grammar": "root ::= \"a\""}, {"type": "ebnf", "ebnf": "root ::= \"a\""}),
+])
+def test_structured_outputs_go_to_trtllm_as_its_response_format(
+        outputs: dict[str, Any], response_format: dict[str, Any]) -> None:
+    """vLLM's `structured_outputs` (which TGI's front end also makes of a regex `grammar`) is
+    no trtllm-serve field, but each kind it names has a trtllm-serve `response_format`
+    (openai_protocol.py ResponseFormat: `regex`, `json` with `schema`, `json_object`, `ebnf`,
+    which `_response_format_to_guided_decoding_params` makes its guided decoding), so it is
+    asked that way rather than refused; a plain OpenAI server has none of them, so there it
+    is refused, never dropped (the answer would not follow it)."""
+    assert body_of("trtllm", completion(structured_outputs=outputs))["response_format"] == \
+        response_format
+    assert body_of("trtllm", chat(structured_outputs=outputs))["response_format"] == \
+        response_format
+    assert "structured_outputs" not in body_of("trtllm", chat(structured_outputs=outputs))
+
+
+def test_a_tgi_clients_regex_grammar_reaches_trtllm_and_is_refused_by_openai() -> None:
+    req = tgi_frontend.TgiFrontend("generate").parse(orjson.dumps({
+        "inputs": "Hi", "parameters": {"grammar": {"type": "regex", "value": "[0-9]+"}}}),
+        base.RequestContext()).request
+    assert body_of("trtllm", req)["response_format"] == {"type": "regex", "regex": "[0-9]+"}
+    with pytest.raises(errors.Unsupported) as info:
+        registry.backend("openai").check(req)
+    assert info.value.field == "structured_outputs"
 
 
 def test_trtllm_refuses_an_undeclared_extra_even_when_null() -> None:

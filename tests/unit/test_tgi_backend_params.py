@@ -139,6 +139,16 @@ def test_chat_goes_to_tgis_messages_api_as_model_tgi() -> None:
                     "top_logprobs": 2, "stream": True, "stream_options": {"include_usage": True}}
 
 
+@pytest.mark.parametrize("fields", [{"temperature": 0}, {"temperature": 0.0}])
+def test_chat_at_temperature_zero_is_greedy_whatever_top_p_says(fields: dict[str, Any]) -> None:
+    """TGI's chat maps temperature 0 to `do_sample: false` (lib.rs try_into_generate) but
+    passes `top_p` on, and a `top_p` below 1 makes it sample again (server/text_generation_server/
+    utils/tokens.py NextTokenChooser: `sampling = do_sample or has_warpers`): greedy, as an
+    OpenAI client means temperature 0, is asked without it, as on /generate."""
+    _, body = built(chat(top_p=0.9, max_tokens=3, **fields))
+    assert "top_p" not in body and body["temperature"] == 0
+
+
 def test_chat_tools_and_messages_in_tgis_shapes() -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     msgs = [{"role": "user", "content": "Hi"},
@@ -164,6 +174,40 @@ def test_chat_refusals_name_the_field(fields: dict[str, Any], field: str) -> Non
     with pytest.raises(errors.Unsupported) as exc:
         BACKEND.check(chat(**fields))
     assert exc.value.field == field
+
+
+def test_chat_with_tools_and_a_response_format_is_the_clients_400() -> None:
+    """TGI's chat route refuses both at once (router lib.rs try_into_generate: "Grammar and
+    tools are mutually exclusive", a 422 ToolError), its tools being a grammar of their own:
+    the client's 400 names `response_format` before any request; each alone goes."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string"}}}}}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "string"}}}}}
+    with pytest.raises(errors.Unsupported) as exc:
+        BACKEND.check(chat(tools=tools, response_format=fmt))
+    assert exc.value.field == "response_format" and exc.value.status == 400
+    assert "`response_format`" in exc.value.message
+    assert "response_format" in built(chat(response_format=fmt))[1]
+    assert "tools" in built(chat(tools=tools))[1]
+
+
+@pytest.mark.parametrize("req", [
+    chat(logprobs=True, top_logprobs=6), chat(logprobs=True, top_logprobs=20, stream=True),
+    completion(logprobs=6)], ids=["chat", "chat-stream", "completion"])
+def test_more_alternatives_than_tgi_gives_are_the_clients_400(
+        req: canonical.InferenceRequest) -> None:
+    """TGI refuses `top_n_tokens` above `--max-top-n-tokens` (launcher main.rs default 5;
+    router validation.rs `TopNTokens`: "`top_n_tokens` must be >= 0 and <= 5"), which both its
+    /generate and its chat route (`top_logprobs` as `top_n_tokens`, lib.rs try_into_generate)
+    check: the client's 400 names its field before any request, not the worker's 422 naming
+    a TGI field the client never sent; 5 and fewer go as asked."""
+    with pytest.raises(errors.InvalidRequest) as exc:
+        BACKEND.check(req)
+    assert exc.value.field == "top_logprobs" and exc.value.status == 400
+    assert "`top_logprobs` must be <= 5" in exc.value.message
+    assert built(chat(logprobs=True, top_logprobs=5))[1]["top_logprobs"] == 5
+    assert parameters(completion(logprobs=5))["top_n_tokens"] == 5
 
 
 def test_tgi_clients_keep_their_stop_sequence_and_regex_grammar() -> None:

@@ -88,6 +88,10 @@ def test_tgi_clients_as_many_as_fit_gets_the_unlimited_default() -> None:
     ({"top_k": -1}, {}),
     ({"top_k": 5, "top_p": 0.9, "seed": 3}, {"top_k": 5, "top_p": 0.9, "seed": 3}),
     ({"stop": "\n"}, {"stop_words": ["\n"]}),
+    # `seed` is TYPE_UINT64 (ensemble/config.pbtxt), which Triton reads with AsUInt
+    # (server src/http_server.cc ReadDataFromJsonHelper): a client's negative 64-bit seed
+    # (OpenAI's and vLLM's range) goes as its u64 bits, as to TGI (`seed: Option<u64>`)
+    ({"seed": -1}, {"seed": 2**64 - 1}),
     ({"min_tokens": 2, "repetition_penalty": 1.1}, {"min_tokens": 2, "repetition_penalty": 1.1}),
     ({"presence_penalty": 0.5, "frequency_penalty": 0.2},
      {"presence_penalty": 0.5, "frequency_penalty": 0.2}),
