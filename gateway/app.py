@@ -132,7 +132,7 @@ async def no_route(request: Request, exc: Exception) -> Response:
     uri = path + (f"?{request.url.query}" if request.url.query else "")
     refusal: errors.NoRoute
     if exc.status_code == 405:
-        allowed = extra.get("Allow", "")
+        allowed = extra["Allow"] = _allowed(request) or extra.get("Allow", "")
         refusal = errors.MethodNotAllowed(
             f"Method {method} is not allowed for {path} (allowed: {allowed})",
             method=method, uri=uri, allowed=allowed)
@@ -142,6 +142,23 @@ async def no_route(request: Request, exc: Exception) -> Response:
     out = make().render_error(refusal)
     return Response(out.body, out.status, headers={**out.headers, **extra},
                     media_type=out.media_type)
+
+
+# The order `Allow` lists methods in (a set has none of its own).
+_METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed(request: Request) -> str:
+    """Every method some route at the request's path takes: RFC 9110 section 15.5.6 has a 405's
+    `Allow` list the target resource's methods, and Starlette's names only the first route's
+    (TGI's `/` and Elasticsearch's `_inference/{id}` each have a GET route and a POST one)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods \
+                and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
+    known = [m for m in _METHOD_ORDER if m in methods]
+    return ", ".join(known + sorted(methods.difference(known)))
 
 
 def _slash_twin(request: Request) -> str | None:
