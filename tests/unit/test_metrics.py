@@ -644,3 +644,17 @@ def test_a_value_kept_otherwise_than_as_a_locked_float_gets_its_own_inc() -> Non
     assert buckets.direct
     assert [b.get() for b in histogram._buckets] == [0.0, 1.0, 0.0]
     assert histogram._sum.get() == 1.5
+
+
+@pytest.mark.anyio
+async def test_a_scrape_gets_its_request_id_as_every_answer_does() -> None:
+    """SPEC.md: every request gets an id, `x-request-id` in, echoed out; /metrics is a request
+    too (a scraper's or a proxy's id is echoed, and one is made where none came)."""
+    with respx.mock(assert_all_called=False) as r:
+        s = Scraper(r)
+        async with s.app.router.lifespan_context(s.app), s.client:
+            given = await s.client.get("/metrics", headers={"x-request-id": "scrape-1"})
+            made = await s.client.get("/metrics")
+    assert given.status_code == made.status_code == 200
+    assert given.headers.get_list("x-request-id") == ["scrape-1"]
+    assert len(made.headers.get_list("x-request-id")) == 1 and made.headers["x-request-id"]
