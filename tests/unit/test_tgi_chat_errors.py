@@ -21,7 +21,7 @@ import orjson
 import pytest
 import respx
 
-from adapters.frontends import tgi_chat
+from adapters.frontends import tgi_chat, tgi_encode
 from schemas import errors
 from tests.unit.test_pipeline_respx import call
 
@@ -83,6 +83,20 @@ def test_a_streaming_refusal_is_an_event_after_http_200_then_done() -> None:
     assert r is not None and (r.status, r.media_type) == (200, "text/event-stream")
     assert r.body == (b'data: {"error":{"message":"Input validation error: `top_p` must be > 0.0'
                       b' and < 1.0","http_status_code":422}}\n\ndata: [DONE]\n\n')
+
+
+@pytest.mark.parametrize("answer", [
+    lambda exc: tgi_chat.render_error(exc, stream=True),
+    lambda exc: tgi_encode.render_error(exc, in_stream=True),
+])
+def test_an_error_in_a_tgi_stream_has_the_heads_of_a_tgi_stream(answer: Any) -> None:
+    """TGI answers a stream's error as an event of its SSE response (server.rs
+    generate_stream, chat_completions: `(headers, Sse::new(stream))`), so the head is an
+    axum Sse one: `content-type: text/event-stream` and `cache-control: no-cache` (axum
+    response/sse.rs `IntoResponse for Sse`), with TGI's `x-accel-buffering: no`."""
+    r = answer(errors.InvalidRequest("`top_p` must be > 0.0 and < 1.0", field="top_p"))
+    assert (r.status, r.media_type) == (200, "text/event-stream")
+    assert r.headers == {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 def test_only_refusals_of_tgi_chat_requests_are_rendered_so() -> None:
