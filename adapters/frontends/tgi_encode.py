@@ -160,10 +160,8 @@ class StreamEncoder:
     matters more)."""
 
     media_type = "text/event-stream"
-    # axum's Sse (response/sse.rs) sends cache-control: no-cache, also when the stream holds
-    # only an error event; server.rs generate_stream_internal adds X-Accel-Buffering: no.
-    headers: Mapping[str, str] = MappingProxyType(
-        {"cache-control": "no-cache", "x-accel-buffering": "no"})
+    # axum's Sse (response/sse.rs): cache-control; server.rs generate_stream_internal: the other
+    headers: Mapping[str, str] = MappingProxyType({"cache-control": "no-cache", "x-accel-buffering": "no"})
 
     def __init__(self, st: TgiState, special: frozenset[int] = _NONE):
         self._st = st
