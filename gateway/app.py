@@ -105,8 +105,7 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
     async def metrics_route(scope: Scope, receive: Receive, send: Send) -> None:
         body = metrics.exposition(router)
         # every answer carries the request's id, the client's or a new one (SPEC.md)
-        rid = next((v for k, v in scope["headers"] if k == b"x-request-id"), None) \
-            or http_cycle.new_id().encode()
+        rid = dict(scope["headers"]).get(b"x-request-id") or http_cycle.new_id().encode()
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", metrics.CONTENT_TYPE.encode()),
                                 (b"x-request-id", rid)]})
