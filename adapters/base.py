@@ -289,9 +289,12 @@ class InferenceRoute:
 class StatusRouteSpec:
     """A client protocol's status route (GET): its answer from a snapshot, the frontend whose
     error body its refusals take, and whether it stays open when API keys are set (the health
-    checks orchestrators call without a key)."""
+    checks orchestrators call without a key). `claims`: on a path another protocol's route
+    holds, the requests this one answers instead, told by their headers (the other route
+    keeps its errors and openness)."""
 
     path: str
     answer: StatusRoute
     errors: type[Frontend]
     open: bool = False
+    claims: Callable[[Mapping[str, str]], bool] | None = None

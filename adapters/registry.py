@@ -66,9 +66,32 @@ _FRONTENDS = (openai_frontend, tgi, elastic, lmi)
 INFERENCE_ROUTES: list[tuple[str, Callable[[], base.Frontend]]] = [
     (r.path, r.frontend) for m in _FRONTENDS for r in m.ROUTES]
 
-# Status routes (GET), answered from a snapshot of the gateway.
-_STATUS: list[base.StatusRouteSpec] = [r for m in _FRONTENDS for r in m.STATUS_ROUTES]
-STATUS_ROUTES: list[tuple[str, base.StatusRoute]] = [(r.path, r.answer) for r in _STATUS]
+
+
+def _shared(owner: base.StatusRouteSpec,
+            claimed: list[base.StatusRouteSpec]) -> base.StatusRoute:
+    """One answer for a path several protocols' status routes hold: the first route that
+    claims the request answers it, else the path's own."""
+    if not claimed:
+        return owner.answer
+
+    def answer(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
+        for spec in claimed:
+            assert spec.claims is not None
+            if spec.claims(ctx.headers):
+                return spec.answer(view, ctx)
+        return owner.answer(view, ctx)
+
+    return answer
+
+
+# Status routes (GET), answered from a snapshot of the gateway; a route that claims requests by
+# their headers shares the path of another protocol's route.
+_ALL_STATUS = [r for m in _FRONTENDS for r in m.STATUS_ROUTES]
+_STATUS: list[base.StatusRouteSpec] = [r for r in _ALL_STATUS if r.claims is None]
+STATUS_ROUTES: list[tuple[str, base.StatusRoute]] = [
+    (r.path, _shared(r, [c for c in _ALL_STATUS if c.claims is not None and c.path == r.path]))
+    for r in _STATUS]
 
 # The frontend whose error body each status route answers in (a missing API key, a bug), so
 # that a client reads a refusal of /v1/models or /info as it reads one of its inference routes.

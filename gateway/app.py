@@ -105,8 +105,11 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
         for path, answer in registry.STATUS_ROUTES]
     async def metrics_route(scope: Scope, receive: Receive, send: Send) -> None:
         body = metrics.exposition(router)
+        # every answer carries the request's id, the client's or a new one (SPEC.md)
+        rid = dict(scope["headers"]).get(b"x-request-id") or http_cycle.new_id().encode()
         await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", metrics.CONTENT_TYPE.encode())]})
+                    "headers": [(b"content-type", metrics.CONTENT_TYPE.encode()),
+                                (b"x-request-id", rid)]})
         await send({"type": "http.response.body", "body": body})
 
     routes.append(Route("/metrics", _Asgi(metrics_route), methods=["GET"]))
@@ -146,7 +149,7 @@ def _no_route(request: Request, exc: HTTPException, extra: dict[str, str],
     uri = path + (f"?{request.url.query}" if request.url.query else "")
     refusal: errors.NoRoute
     if exc.status_code == 405:
-        allowed = extra.get("Allow", "")
+        allowed = extra["Allow"] = _allowed(request) or extra.get("Allow", "")
         refusal = errors.MethodNotAllowed(
             f"Method {method} is not allowed for {path} (allowed: {allowed})",
             method=method, uri=uri, allowed=allowed)
@@ -157,6 +160,23 @@ def _no_route(request: Request, exc: HTTPException, extra: dict[str, str],
     x.status, x.error = out.status, refusal.message
     return Response(out.body, out.status, headers={**out.headers, **extra},
                     media_type=out.media_type)
+
+
+# The order `Allow` lists methods in (a set has none of its own).
+_METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed(request: Request) -> str:
+    """Every method some route at the request's path takes: RFC 9110 section 15.5.6 has a 405's
+    `Allow` list the target resource's methods, and Starlette's names only the first route's
+    (TGI's `/` and Elasticsearch's `_inference/{id}` each have a GET route and a POST one)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods \
+                and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
+    known = [m for m in _METHOD_ORDER if m in methods]
+    return ", ".join(known + sorted(methods.difference(known)))
 
 
 def _slash_twin(request: Request) -> str | None:

@@ -372,4 +372,7 @@ STATUS_ROUTES = (
     base.StatusRouteSpec("/_inference/{id}", endpoints.endpoint, ElasticCompletionFrontend),
     base.StatusRouteSpec("/_inference/{task_type}/{id}", endpoints.task_endpoint,
                          ElasticCompletionFrontend),
+    # Elasticsearch's root (RestMainAction) for its clients' info and ping; TGI's GET / else.
+    base.StatusRouteSpec("/", endpoints.main, ElasticCompletionFrontend,
+                         claims=endpoints.from_client),
 )

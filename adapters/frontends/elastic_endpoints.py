@@ -16,6 +16,8 @@ its settings say only which model the workers are asked for: no upstream address
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
@@ -98,3 +100,34 @@ def task_endpoint(view: base.GatewayView, ctx: base.RequestContext) -> base.Rend
     `_all` or `*` lists the endpoints of that task type."""
     task = task_type(ctx.path_params.get("task_type", ""))
     return _get(view, ctx, ctx.path_params.get("id", ""), task)
+
+
+# ---- the root (RestMainAction), for Elasticsearch's clients only: GET / is TGI's health ----
+
+# The release whose API the Elastic front end answers as, with that release's Lucene and
+# compatibility versions; `unknown` where Build has nothing to say (Build.Type.UNKNOWN).
+_VERSION: Final = {
+    "number": "9.1.0", "build_flavor": "default", "build_type": "unknown",
+    "build_hash": "unknown", "build_date": "unknown", "build_snapshot": False,
+    "lucene_version": "10.2.2", "minimum_wire_compatibility_version": "8.19.0",
+    "minimum_index_compatibility_version": "8.0.0"}
+
+
+def from_client(headers: Mapping[str, str]) -> bool:
+    """Whether a request comes from an official Elasticsearch client: each sends
+    `x-elastic-client-meta` (elastic-transport's client meta header), and elasticsearch-py
+    8 / 9 ask for the compatible-with media type as well."""
+    return "x-elastic-client-meta" in headers or any(
+        headers.get(h, "").startswith("application/vnd.elasticsearch+json")
+        for h in ("accept", "content-type"))
+
+
+def main(view: base.GatewayView, ctx: base.RequestContext) -> base.Rendered:
+    """GET / (and HEAD /, elasticsearch-py `info` and `ping`) as RestMainAction answers it:
+    MainResponse.toXContent pretty-printed (the action's default) with a final newline, so
+    that a client's first call passes its product check and reads a version."""
+    body = {"name": SERVICE, "cluster_name": SERVICE, "cluster_uuid": "_na_",
+            "version": _VERSION, "tagline": "You Know, for Search"}
+    # XContentBuilder.prettyPrint: Jackson's DefaultPrettyPrinter, `"key" : value`, 2 spaces
+    text = json.dumps(body, indent=2, separators=(",", " : "), ensure_ascii=False) + "\n"
+    return base.Rendered(200, text.encode(), check.response_type(ctx), dict(enc.PRODUCT_HEADERS))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, TypeGuard, assert_never
 
 import orjson
@@ -269,7 +268,7 @@ class ChatStreamEncoder:
     worker's finish comes with the last token, and takes the finish reason when it does."""
 
     media_type = "text/event-stream"
-    headers: Mapping[str, str] = MappingProxyType({"x-accel-buffering": "no"})
+    headers: Mapping[str, str] = tgi_encode.StreamEncoder.headers  # axum's Sse and TGI's
 
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta):
         self._head = (b'{"object":"chat.completion.chunk","id":"","created":'

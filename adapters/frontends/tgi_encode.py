@@ -160,8 +160,8 @@ class StreamEncoder:
     matters more)."""
 
     media_type = "text/event-stream"
-    # server.rs generate_stream_internal: X-Accel-Buffering: no (cache-control comes from axum).
-    headers: Mapping[str, str] = MappingProxyType({"x-accel-buffering": "no"})
+    # axum's Sse (response/sse.rs): cache-control; server.rs generate_stream_internal: the other
+    headers: Mapping[str, str] = MappingProxyType({"cache-control": "no-cache", "x-accel-buffering": "no"})
 
     def __init__(self, st: TgiState, special: frozenset[int] = _NONE):
         self._st = st

@@ -413,3 +413,23 @@ def test_an_inference_id_with_a_slash(es: Elasticsearch) -> None:
     with pytest.raises(NotFoundError) as gone:
         es.inference.inference(inference_id="org/nope", input="x")
     assert gone.value.body["error"]["reason"] == "Inference endpoint not found [org/nope]"
+
+
+def test_client_info_and_ping_on_the_root(urls: dict[str, str]) -> None:
+    """elasticsearch-py's first call is often `info()` (GET /) or `ping()` (HEAD /): both must
+    pass its product check (`X-Elastic-Product` on a 2xx, `_base.py`), and `info()` reads
+    Elasticsearch's root answer (RestMainAction: MainResponse.toXContent, `name`,
+    `cluster_name`, `cluster_uuid`, `version.number`, ..., `tagline`). TGI's clients, which
+    send no Elastic client header, still get TGI's empty health answer at GET / (server.rs)."""
+    es = Elasticsearch(urls["gw"], request_timeout=20, max_retries=0)
+    info = es.info()
+    assert info.meta.headers["x-elastic-product"] == "Elasticsearch"
+    assert info["tagline"] == "You Know, for Search"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", info["version"]["number"])
+    assert {"name", "cluster_name", "cluster_uuid"} <= info.body.keys()
+    assert Elasticsearch(urls["gw"], request_timeout=20, max_retries=0).ping() is True
+    assert Elasticsearch(urls["keyed"], api_key="k1", request_timeout=20).ping() is True
+    assert Elasticsearch(urls["keyed"], request_timeout=20, max_retries=0).ping() is False
+    plain = httpx.get(urls["gw"] + "/")
+    assert (plain.status_code, plain.content) == (200, b"")
+    assert "x-elastic-product" not in plain.headers

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from adapters import base, registry
-from adapters.frontends import elastic
+from adapters.frontends import elastic, elastic_endpoints
 from adapters.frontends import elastic_encode as enc
 from schemas import canonical, errors
 from schemas import events as ev
@@ -420,3 +420,22 @@ def test_registry_routes() -> None:
     streamed = routes["/_inference/completion/{id}/_stream"]
     assert isinstance(whole, elastic.ElasticCompletionFrontend) and not whole.stream
     assert isinstance(streamed, elastic.ElasticCompletionFrontend) and streamed.stream
+
+
+def test_the_root_answers_elasticsearch_clients_as_rest_main_action_does() -> None:
+    """server/.../rest/root/MainResponse.java toXContent, pretty-printed by RestMainAction
+    (Jackson's DefaultPrettyPrinter: two-space indent, `"key" : value`, then a newline), with
+    X-Elastic-Product (RestController); only for a request an Elastic client sent."""
+    view = base.GatewayView((), None, "0", 0, 1, 1)
+    es_headers = {"accept": "application/vnd.elasticsearch+json; compatible-with=9",
+                  "x-elastic-client-meta": "es=9.5.1,py=3.11.7,t=9.4.2,ur=2.5.0"}
+    answer = dict(registry.STATUS_ROUTES)["/"]
+    r = answer(view, base.RequestContext(headers=es_headers))
+    assert r.status == 200 and r.headers == {"x-elastic-product": "Elasticsearch"}
+    assert r.media_type == "application/vnd.elasticsearch+json;compatible-with=9"
+    assert r.body.startswith(b'{\n  "name" : "gateway",\n  "cluster_name" : "gateway",\n')
+    assert r.body.endswith(b'  },\n  "tagline" : "You Know, for Search"\n}\n')
+    assert elastic_endpoints.from_client({"x-elastic-client-meta": "es=8.18.0"})
+    tgi = answer(view, base.RequestContext(headers={"user-agent": "python-requests/2.32"}))
+    assert (tgi.status, tgi.headers) == (503, {})  # TGI's health, no worker in this view
+    assert b"healthcheck" in tgi.body

@@ -706,3 +706,17 @@ async def test_a_whole_answer_cut_and_asked_again_counts_the_cut_attempt() -> No
     assert resp.status_code == 200
     assert _attempts(b, a, UP1, "UpstreamBroken") == (1, 1)
     assert _attempts(b, a, UP2, "") == (1, 1)
+
+
+@pytest.mark.anyio
+async def test_a_scrape_gets_its_request_id_as_every_answer_does() -> None:
+    """SPEC.md: every request gets an id, `x-request-id` in, echoed out; /metrics is a request
+    too (a scraper's or a proxy's id is echoed, and one is made where none came)."""
+    with respx.mock(assert_all_called=False) as r:
+        s = Scraper(r)
+        async with s.app.router.lifespan_context(s.app), s.client:
+            given = await s.client.get("/metrics", headers={"x-request-id": "scrape-1"})
+            made = await s.client.get("/metrics")
+    assert given.status_code == made.status_code == 200
+    assert given.headers.get_list("x-request-id") == ["scrape-1"]
+    assert len(made.headers.get_list("x-request-id")) == 1 and made.headers["x-request-id"]

@@ -21,7 +21,7 @@ import orjson
 import pytest
 import respx
 
-from adapters.frontends import tgi_chat
+from adapters.frontends import tgi_chat, tgi_encode
 from schemas import errors
 from tests.unit.test_pipeline_respx import call
 
@@ -127,6 +127,20 @@ async def test_a_streaming_tool_error_through_the_app() -> None:
     assert resp.status_code == 422
     assert resp.json() == {"error": "Tool error: Tool with name nope not found",
                            "error_type": "tool_error"}
+
+
+@pytest.mark.parametrize("answer", [
+    lambda exc: tgi_chat.render_error(exc, stream=True),
+    lambda exc: tgi_encode.render_error(exc, in_stream=True),
+])
+def test_an_error_in_a_tgi_stream_has_the_heads_of_a_tgi_stream(answer: Any) -> None:
+    """TGI answers a stream's error as an event of its SSE response (server.rs
+    generate_stream, chat_completions: `(headers, Sse::new(stream))`), so the head is an
+    axum Sse one: `content-type: text/event-stream` and `cache-control: no-cache` (axum
+    response/sse.rs `IntoResponse for Sse`), with TGI's `x-accel-buffering: no`."""
+    r = answer(errors.InvalidRequest("`top_p` must be > 0.0 and < 1.0", field="top_p"))
+    assert (r.status, r.media_type) == (200, "text/event-stream")
+    assert r.headers == {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 def test_only_refusals_of_tgi_chat_requests_are_rendered_so() -> None:

@@ -301,7 +301,11 @@ def test_registry_routes() -> None:
     posts = {path for path, _ in registry.INFERENCE_ROUTES}
     gets = dict(registry.STATUS_ROUTES)
     assert {"/generate", "/generate_stream", "/", "/v1/chat/completions"} <= posts
-    assert gets["/health"] is tgi.health and gets["/"] is tgi.health and gets["/info"] is tgi.info
+    assert gets["/health"] is tgi.health and gets["/info"] is tgi.info
+    # GET / is TGI's health too, for every client but Elasticsearch's (test_elastic_frontend)
+    view = base.GatewayView((), None, "0", 0, 1, 1)
+    ctx = base.RequestContext(headers={"user-agent": "python-requests/2.32"})
+    assert gets["/"](view, ctx) == tgi.health(view, ctx)
     modes = {path: make() for path, make in registry.INFERENCE_ROUTES
              if path in ("/generate", "/generate_stream", "/")}
     assert {p: fe.mode for p, fe in modes.items()} == {  # type: ignore[attr-defined]
