@@ -104,13 +104,19 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
               methods=["GET"])
         for path, answer in registry.STATUS_ROUTES]
     async def metrics_route(scope: Scope, receive: Receive, send: Send) -> None:
-        body = metrics.exposition(router)
-        # every answer carries the request's id, the client's or a new one (SPEC.md)
+        # every answer carries the request's id, the client's or a new one, and has its one
+        # log line (SPEC.md)
         rid = dict(scope["headers"]).get(b"x-request-id") or http_cycle.new_id().encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", metrics.CONTENT_TYPE.encode()),
-                                (b"x-request-id", rid)]})
-        await send({"type": "http.response.body", "body": body})
+        x = exchange.Exchange(rid.decode("latin-1"), "/metrics", time.perf_counter())
+        try:
+            body = metrics.exposition(router)
+            x.status = 200
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", metrics.CONTENT_TYPE.encode()),
+                                    (b"x-request-id", rid)]})
+            await send({"type": "http.response.body", "body": body})
+        finally:
+            observability.log_exchange(x)
 
     routes.append(Route("/metrics", _Asgi(metrics_route), methods=["GET"]))
     app = Starlette(routes=routes, lifespan=lifespan,

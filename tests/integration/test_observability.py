@@ -93,7 +93,8 @@ workers:
         proc, url = procs.gateway(tmp, config, env={"GATEWAY_SERVICE_HOST": "10.0.0.1"})
         try:
             statuses = traffic(url)
-            scrape = httpx.get(url + "/metrics", timeout=5).text
+            scrape = httpx.get(url + "/metrics", timeout=5,
+                               headers={"x-request-id": "scrape-id"}).text
         finally:
             code = proc.stop(signal.SIGTERM)
         yield Run(Path(proc.log).read_text().splitlines(), scrape, statuses,
@@ -249,7 +250,8 @@ def test_status_routes_have_their_line(run: Run) -> None:
     """SPEC.md: every request gets an id and one structured log line; probes and model lists
     too (vLLM's server logs each `GET /health` in its access log)."""
     records = [json.loads(line) for line in run.lines if line.strip()]
-    for rid, path in (("models-id", "/v1/models"), ("health-id", "/health")):
+    for rid, path in (("models-id", "/v1/models"), ("health-id", "/health"),
+                      ("scrape-id", "/metrics")):
         (line,) = [r for r in records if r.get("request_id") == rid]
         assert (line["event"], line["status"], line["level"], line["path"]) == (
             "request", 200, "info", path)
