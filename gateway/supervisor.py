@@ -35,6 +35,11 @@ RESTART_RESET_SECONDS = 60.0
 HEALTH_PERIOD_SECONDS = 5.0  # probes of a running worker
 HEALTH_FAILURES = 3  # consecutive failed probes that take it out of rotation
 NOT_STARTED = 127  # a command that could not be run: the shell's "command not found"
+# What is left of a worker's process group after the worker itself died (vLLM's engine
+# processes, holding its GPU memory and port): SIGTERM, and SIGKILL after this, before a
+# restart.
+LEFTOVER_GRACE_SECONDS = 5.0
+GROUP_POLL_SECONDS = 0.05
 
 
 def restart_delay(crashes: int, base: float | None = None) -> float:
@@ -142,6 +147,8 @@ class ManagedWorker:
                           restarts=self.restarts)
 
     async def _run_once(self) -> int:
+        if self._stopping:  # stop() came while the restart was being decided
+            return 0
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.command(), env=self.environment(), stdin=asyncio.subprocess.DEVNULL,
@@ -153,6 +160,9 @@ class ManagedWorker:
                             error=f"{type(exc).__name__}: {exc}")
             return NOT_STARTED
         self._log.info("worker_started", pid=self.proc.pid, command=shown(self.command()))
+        if self._stopping:  # stop() came while it was being started: it found the last run
+            await _end_group(self.proc, 0)
+            return await self.proc.wait()
         self.healthy_since = None
         pump = asyncio.ensure_future(self._pump(self.proc))
         gate = asyncio.ensure_future(self._gate(time.monotonic() + self.cfg.startup_timeout))
@@ -165,6 +175,8 @@ class ManagedWorker:
             gate.cancel()
             self.healthy.clear()
             self.route.upstreams.remove(self.url)
+            if not self._stopping:  # else stop() ends the group, with its own grace
+                await _end_group(self.proc, LEFTOVER_GRACE_SECONDS)
             await asyncio.wait([pump], timeout=1)
 
     async def _pump(self, proc: asyncio.subprocess.Process) -> None:
@@ -226,19 +238,61 @@ class ManagedWorker:
         """SIGTERM, then SIGKILL after `grace` seconds; the whole process group."""
         self._stopping = True
         self.route.upstreams.remove(self.url)
-        if self.proc is None or self.proc.returncode is not None:
-            return
-        await self._signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self.proc.wait(), grace)
-        except TimeoutError:
-            await self._signal(signal.SIGKILL)
-            await self.proc.wait()
+        if self.proc is not None:
+            await _end_group(self.proc, grace)
 
     async def _signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
+            _signal_group(self.proc.pid, sig)
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """`sig` to the process group; False when it has no process left."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether a process of the group still runs. A zombie does not count: an orphan that
+    died waits for PID 1 to reap it, which some inits do only now and then (a second and
+    more), and kill(2) still finds it."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no procfs: kill(2) is all there is
+        return _signal_group(pgid, 0)
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
+
+
+async def _end_group(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM to the worker's process group, SIGKILL to what is left of it after `grace`.
+
+    The group, not the worker alone: a worker that exits on SIGTERM at once (or crashed) may
+    leave processes it started (vLLM's engine processes) that would outlive the gateway,
+    orphaned, holding the GPU and the port. The group is checked before each signal, as its
+    id may be taken again once it is empty."""
+    pgid = proc.pid
+    if _group_running(pgid):
+        _signal_group(pgid, signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while _group_running(pgid) and loop.time() < deadline:
+            await asyncio.sleep(GROUP_POLL_SECONDS)
+        if _group_running(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+    await proc.wait()
 
 
 class Supervisor:
