@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import functools
 import os
 import signal
@@ -53,6 +54,20 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether a server listens on `host:port` already: a bind there fails (SO_REUSEADDR, so
+    that connections of an earlier run in TIME_WAIT do not count; no SO_REUSEPORT, so that a
+    server that set it, as vLLM does, still counts)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
 def die_with_parent(parent: int | None = None) -> None:
@@ -149,6 +164,14 @@ class ManagedWorker:
     async def _run_once(self) -> int:
         if self._stopping:  # stop() came while the restart was being decided
             return 0
+        if port_in_use(self.cfg.host, self.port):
+            # Another server there would answer the worker's health probe: it would be put in
+            # rotation as this worker while the worker itself failed to bind.
+            self.crashes += 1
+            self._log.error("worker_start_failed", command=shown(self.command()),
+                            error=f"port {self.port} on {self.cfg.host} is in use by another "
+                                  f"process")
+            return NOT_STARTED
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.command(), env=self.environment(), stdin=asyncio.subprocess.DEVNULL,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -378,3 +379,37 @@ async def test_a_crashed_workers_leftover_processes_end_before_it_restarts(
     assert await _gone([p for run in runs for p in run])
     exits = [e for e in logs if e["event"] == "worker_exited"]
     assert exits and exits[0]["code"] == 3
+
+
+@pytest.mark.anyio
+async def test_a_worker_port_where_another_server_listens_is_never_taken_for_the_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`workers[].port` already held by another server (a second gateway's worker, a vLLM
+    started by hand): the worker fails to bind and exits, but its health probe reached the
+    other server, so the gateway put that server in rotation as its worker within 0.1 s and
+    sent it the model's requests (seen with `gateway serve`: `worker_healthy` before the
+    simulator's own "address already in use", then 404 "model `demo` does not exist" from
+    the other server). Now the port is checked first: an error line naming it, no start,
+    nothing in rotation, tried again with the restart backoff until the port is free."""
+    monkeypatch.setattr(supervisor, "RESTART_BASE_SECONDS", 0.02)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    worker = scripted(monkeypatch, "import time; time.sleep(60)", Probes(200), port=port)
+    ups = worker.route.upstreams
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.ensure_future(worker.run())
+        try:
+            await _until(lambda: worker.restarts >= 2, 10)
+            assert ups.all == [] and worker.proc is None
+            holder.close()
+            await _until(lambda: ups.all == [worker.url], 10)
+        finally:
+            holder.close()
+            await worker.stop(grace=1.0)
+            await asyncio.wait_for(task, 5)
+    failed = [e for e in logs if e["event"] == "worker_start_failed"]
+    assert failed and failed[0]["log_level"] == "error"
+    assert f"port {port}" in failed[0]["error"] and "in use" in failed[0]["error"]
+    assert [e["event"] for e in logs].count("worker_started") == 1
