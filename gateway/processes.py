@@ -15,7 +15,8 @@ requests in flight, which `server.max_concurrent_requests` limits for the whole 
 prometheus_client's multiprocess mode, in another such directory; /metrics in any process
 sums them all. SIGTERM or SIGINT to the parent: SIGTERM to every serving process (each drains
 its streams for `server.drain_seconds`) and the parent's copies of the sockets closed, so new
-connections are refused; then the workers stop.
+connections are refused; then the workers stop. A signal while the managed workers still
+start ends the start: no serving process is started, the workers stop, exit code 0.
 """
 
 from __future__ import annotations
@@ -191,7 +192,15 @@ async def _parent(cfg: config.Config, socks: list[socket.socket], log_level: str
     # the serving processes take a worker's exit and return from here (gateway.board)
     workers = supervisor.Supervisor(cfg, routing.Router(cfg, shared=board.Board(shared)), client)
     try:
-        await workers.start()
+        starting = asyncio.ensure_future(workers.start())
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if stop.is_set():  # a signal while a worker still starts: no serving process
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            return
+        await starting  # its error (a fast worker never healthy) ends the start
         slots = admission.Slots(shared, len(socks))
         kept = [ServingProcess(cfg, s, log_level, shared, slots, i) for i, s in enumerate(socks)]
         tasks = [asyncio.ensure_future(p.keep(stop)) for p in kept]
