@@ -131,13 +131,16 @@ def serve(cfg: config.Config, n: int, log_level: str) -> int:
     """Run `n` serving processes and the managed workers until SIGTERM/SIGINT; exit code."""
     cfg = fixed_worker_ports(cfg)
     socks = listeners(cfg.server.host, cfg.server.port, n)
+    # The managed workers get the environment as it was: vLLM takes a set
+    # PROMETHEUS_MULTIPROC_DIR as its own and would share the serving processes' directory.
+    worker_env = dict(os.environ)
     metrics_dir = tempfile.mkdtemp(prefix="gateway-metrics-")
     os.environ[metrics.MULTIPROC_ENV] = metrics_dir  # read by the spawned processes at import
     shared = tempfile.mkdtemp(prefix="gateway-upstreams-")
     try:
         import uvloop
 
-        uvloop.run(_parent(cfg, socks, log_level, shared))
+        uvloop.run(_parent(cfg, socks, log_level, shared, worker_env))
     finally:
         for s in socks:
             s.close()
@@ -183,14 +186,15 @@ def listeners(host: str, port: int, n: int) -> list[socket.socket]:
 
 
 async def _parent(cfg: config.Config, socks: list[socket.socket], log_level: str,
-                  shared: str) -> None:
+                  shared: str, worker_env: dict[str, str]) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     client = http1.Http1Client(cfg.server.timeouts.connect)
     # the serving processes take a worker's exit and return from here (gateway.board)
-    workers = supervisor.Supervisor(cfg, routing.Router(cfg, shared=board.Board(shared)), client)
+    workers = supervisor.Supervisor(cfg, routing.Router(cfg, shared=board.Board(shared)), client,
+                                    environ=worker_env)
     try:
         starting = asyncio.ensure_future(workers.start())
         stopping = asyncio.ensure_future(stop.wait())

@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 
 import tenacity
 
@@ -107,10 +108,11 @@ class ManagedWorker:
     """One configured worker process and its life cycle."""
 
     def __init__(self, cfg: config.WorkerConfig, route: routing.Route,
-                 client: upstream.UpstreamClient):
+                 client: upstream.UpstreamClient, environ: Mapping[str, str] | None = None):
         self.cfg = cfg
         self.route = route
         self.client = client
+        self.environ = environ  # what the worker's environment starts from (None: os.environ)
         self.port = cfg.port or free_port(cfg.host)
         self.url = f"http://{cfg.host}:{self.port}"
         self.kind = registry.WORKER_KINDS[cfg.kind]
@@ -128,7 +130,7 @@ class ManagedWorker:
                                 host=self.cfg.host, port=self.port), *self.cfg.args]
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = dict(os.environ if self.environ is None else self.environ)
         env.update(self.cfg.env)
         if self.cfg.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus
@@ -322,8 +324,10 @@ class Supervisor:
     """All managed workers of a config."""
 
     def __init__(self, cfg: config.Config, router: routing.Router,
-                 client: upstream.UpstreamClient):
-        self.workers = [ManagedWorker(w, router.routes[router.resolve(w.model).name], client)
+                 client: upstream.UpstreamClient, environ: Mapping[str, str] | None = None):
+        """`environ`: the environment the workers' own start from (default: this process's)."""
+        self.workers = [ManagedWorker(w, router.routes[router.resolve(w.model).name], client,
+                                      environ)
                         for w in cfg.workers]
         self._tasks: list[asyncio.Task[None]] = []
 

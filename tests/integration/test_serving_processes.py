@@ -506,3 +506,26 @@ def test_a_managed_worker_killed_is_used_again_by_every_process(gw: Gateway) -> 
         time.sleep(0.05)
     assert now and now != sims
     assert [gw.post().status_code for _ in range(8)] == [200] * 8
+
+
+def test_managed_workers_do_not_get_the_serving_processes_metrics_directory(
+        tmp_path: Path) -> None:
+    """With several serving processes the parent sets PROMETHEUS_MULTIPROC_DIR to its own
+    metrics directory (prometheus_client's multiprocess mode), and the managed workers it
+    started inherited it. vLLM takes a set PROMETHEUS_MULTIPROC_DIR as the user's
+    (vllm/v1/metrics/prometheus.py `setup_multiprocess_prometheus`: "Found
+    PROMETHEUS_MULTIPROC_DIR was set by user") and serves whatever that directory holds on its
+    /metrics (`get_prometheus_registry`: a MultiProcessCollector over it): the gateway's
+    series in vLLM's /metrics, vLLM's files in the gateway's directory, and vLLM's process
+    (a child of the gateway's parent) summed into the gateway's `process_*` metrics. A
+    worker gets the environment the gateway was started with."""
+    gw, _ = procs.gateway(tmp_path, CONFIG, env={"WORKER_ENV_MARK": "1"})
+    try:
+        sims = [p for p in procs.children_of(gw.pid) if "simulator" in procs.cmdline(p)]
+        assert len(sims) == 1
+        environ = dict(item.split("=", 1) for item in
+                       Path(f"/proc/{sims[0]}/environ").read_text().split("\0") if "=" in item)
+    finally:
+        gw.stop()
+    assert environ.get("WORKER_ENV_MARK") == "1"  # the gateway's environment, as it was
+    assert "PROMETHEUS_MULTIPROC_DIR" not in environ
