@@ -122,6 +122,7 @@ class ManagedWorker:
         self.crashes = 0  # in a row: since the last run that stayed healthy
         self.healthy_since: float | None = None  # this run's registration (monotonic)
         self._stopping = False
+        self._watching = False  # gating a worker that another process runs (watch)
         self._log = observability.logger().bind(worker=cfg.kind, model=cfg.model, port=self.port)
 
     def command(self) -> list[str]:
@@ -185,6 +186,7 @@ class ManagedWorker:
                             error=f"{type(exc).__name__}: {exc}")
             return NOT_STARTED
         self._log.info("worker_started", pid=self.proc.pid, command=shown(self.command()))
+        self._announce(True)
         if self._stopping:  # stop() came while it was being started: it found the last run
             await _end_group(self.proc, 0)
             return await self.proc.wait()
@@ -199,6 +201,7 @@ class ManagedWorker:
             self.crashes = 1 if stable else self.crashes + 1
             gate.cancel()
             self.healthy.clear()
+            self._announce(False)
             self.route.upstreams.remove(self.url)
             if not self._stopping:  # else stop() ends the group, with its own grace
                 await _end_group(self.proc, LEFTOVER_GRACE_SECONDS)
@@ -220,17 +223,31 @@ class ManagedWorker:
                 return
             self._log.info("worker_output", line=line.decode("utf-8", "replace").rstrip())
 
+    def _announce(self, running: bool) -> None:
+        """To the serving processes (gateway.board): whether this worker's process runs."""
+        if (shared := self.route.upstreams.board) is not None:
+            shared.set_running(self.route.name, self.url, running)
+
     async def watch(self) -> None:
         """Health only: in a serving process of several, the parent runs the worker process
-        and each serving process gates it into its own rotation by probing it."""
+        and each serving process gates it into its own rotation by probing it, while the
+        parent says it runs (another server may answer on its port)."""
+        self._watching = True
         await self._gate(None)
+
+    async def _passes(self, health: str) -> bool:
+        """Its health route answers 200, and (watching) the parent runs it."""
+        if await upstream.probe(self.client, health, timeout=2.0) != 200:
+            return False
+        shared = self.route.upstreams.board
+        return not self._watching or shared is None or shared.running(self.route.name, self.url)
 
     async def _gate(self, deadline: float | None) -> None:
         """Register the worker as an upstream once its health endpoint answers 200; then
         keep probing, and take it out of rotation while it fails (back in when it recovers).
         Past `deadline` without a first 200 the worker is killed (None: wait on)."""
         health = self.url + self.route.backend.health_path()
-        while await upstream.probe(self.client, health, timeout=2.0) != 200:
+        while not await self._passes(health):
             if deadline is not None and time.monotonic() > deadline:
                 self._log.error("worker_unhealthy", startup_timeout_s=self.cfg.startup_timeout)
                 await self._signal(signal.SIGKILL)
@@ -244,7 +261,7 @@ class ManagedWorker:
         failures = 0
         while True:
             await asyncio.sleep(HEALTH_PERIOD_SECONDS)
-            ok = await upstream.probe(self.client, health, timeout=2.0) == 200
+            ok = await self._passes(health)
             failures = 0 if ok else failures + 1
             if ok and self.healthy.is_set():
                 # as for a static upstream (gateway.health): a passing probe of a worker
