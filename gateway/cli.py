@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -117,7 +118,17 @@ def _report(path: str, problems: list[str], warnings: list[str]) -> None:
         print(f"{path}: {text}", file=sys.stderr)
 
 
+def _stop_before_serving(signum: int, frame: object) -> None:
+    """SIGTERM or SIGINT before the server runs (its own handlers replace this one): nothing
+    has started yet, so the gateway just ends, with exit code 0, as a drain of nothing."""
+    raise SystemExit(0)
+
+
 def serve(args: argparse.Namespace) -> int:
+    # Imports and the app's build take a second or more: a pod deleted then was killed by
+    # SIGTERM (exit status 143) and a Ctrl-C printed a traceback.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop_before_serving)
     from gateway import app, config, observability, processes, tracing
 
     observability.configure(args.log_level)  # from here on, every line on stderr is JSON

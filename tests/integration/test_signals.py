@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -73,3 +74,33 @@ def test_a_signal_while_a_worker_starts_ends_the_start_with_exit_0(
     while time.monotonic() < deadline and any(procs.alive(p) for p in pids):
         time.sleep(0.05)
     assert not any(procs.alive(p) for p in pids)
+
+
+# `gateway serve` whose app is built only after a signal has come: the signal arrives while
+# the gateway still imports and builds (before its server and its handlers exist).
+_SIGNALLED_WHILE_BUILDING = """
+import os, signal, sys
+from gateway import app, cli
+real = app.build_app
+def build(*args, **kwargs):
+    os.kill(os.getpid(), signal.{sig})
+    return real(*args, **kwargs)
+app.build_app = build
+sys.exit(cli.main(["serve", "--config", sys.argv[1], "--host", "127.0.0.1", "--port", "0"]))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_before_the_server_runs_ends_it_with_exit_0(tmp_path: Path, sig: str) -> None:
+    """A pod deleted within its first second or two: the signal came while the gateway
+    imported its modules and built its app, before any handler was set, so SIGTERM killed
+    it (exit status 143, -15 to its parent) and SIGINT printed a KeyboardInterrupt
+    traceback. Nothing has started then: the gateway exits 0 at once."""
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(NEVER_HEALTHY)
+    done = subprocess.run([sys.executable, "-c", _SIGNALLED_WHILE_BUILDING.format(sig=sig),
+                           str(cfg)], cwd=procs.ROOT, capture_output=True, text=True,
+                          timeout=30, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert '"worker_started"' not in done.stderr and '"listening"' not in done.stderr
