@@ -60,6 +60,23 @@ class Board:
         except OSError:
             return
 
+    def set_running(self, model: str, url: str, running: bool) -> None:
+        """The parent process runs the managed worker at `url` (started, not yet exited),
+        or no longer does: a serving process takes the URL in only while it does, since
+        another server may answer there (a port already in use)."""
+        flag = self._path(model, url) + ".running"
+        try:
+            if running:
+                with open(flag, "wb"):
+                    pass
+            else:
+                os.unlink(flag)
+        except OSError:
+            return
+
+    def running(self, model: str, url: str) -> bool:
+        return os.path.exists(self._path(model, url) + ".running")
+
     def read(self, model: str, url: str) -> Standing | None:
         """The latest standing written for the upstream, or None; read again only when its
         file changed."""

@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from gateway import version
+
+if TYPE_CHECKING:
+    from gateway import config
 
 
 def parser() -> argparse.ArgumentParser:
@@ -117,7 +122,31 @@ def _report(path: str, problems: list[str], warnings: list[str]) -> None:
         print(f"{path}: {text}", file=sys.stderr)
 
 
+def _stop_before_serving(signum: int, frame: object) -> None:
+    """SIGTERM or SIGINT before the server runs (its own handlers replace this one): nothing
+    has started yet, so the gateway just ends, with exit code 0, as a drain of nothing."""
+    raise SystemExit(0)
+
+
+_ANY_HOST = ("0.0.0.0", "::", "")
+
+
+def _own_port_clashes(cfg: config.Config) -> list[str]:
+    """Managed workers set to listen where the gateway itself does: whichever binds second
+    fails (vLLM's default port is 8000, a common choice for the gateway's too)."""
+    host, port = cfg.server.host, cfg.server.port
+    return [f"workers[{i}].port: {w.port} is the gateway's own port (server.port or --port) "
+            f"on {w.host}; give the worker another"
+            for i, w in enumerate(cfg.workers)
+            if w.port and w.port == port
+            and (host in _ANY_HOST or w.host in _ANY_HOST or w.host == host)]
+
+
 def serve(args: argparse.Namespace) -> int:
+    # Imports and the app's build take a second or more: a pod deleted then was killed by
+    # SIGTERM (exit status 143) and a Ctrl-C printed a traceback.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop_before_serving)
     from gateway import app, config, observability, processes, tracing
 
     observability.configure(args.log_level)  # from here on, every line on stderr is JSON
@@ -134,6 +163,9 @@ def serve(args: argparse.Namespace) -> int:
         k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers))
         if v is not None})
     cfg = cfg.model_copy(update={"server": server})
+    if clashes := _own_port_clashes(cfg):  # known only once the flags are in
+        _log_report(source, clashes, [])
+        return 1
     # Fewer young-generation collections: a request allocates many short-lived containers
     # (the benchmark's profile showed the collector at 5% of the gateway's CPU).
     gc.set_threshold(20_000, 20, 20)

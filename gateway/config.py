@@ -198,7 +198,13 @@ class WorkerConfig(_Frozen):
     args: tuple[str, ...] = ()
     env: dict[str, str] = {}
     gpus: str | None = None
-    startup_timeout: float = Field(600, gt=0)
+    # Seconds to a first healthy /health before the worker is killed and started again. vLLM
+    # listens only once its weights are loaded (its socket is bound, not listening, before:
+    # vllm/entrypoints/openai/api_server.py setup_server), which takes 5 to 15 minutes for a
+    # large model and more on a first download: a 10-minute default killed such a worker as
+    # it loaded, and every restart began the load again. 30 minutes, as the manifests'
+    # startup probes (deploy/k8s).
+    startup_timeout: float = Field(1800, gt=0)
     restart: Literal["always", "on-failure", "never"] = "always"
 
     @field_validator("kind")

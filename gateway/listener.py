@@ -6,6 +6,8 @@ socket stops accepting, idle keep-alive connections close, answers under way get
 `server.drain_seconds` to finish (each then closes its connection); what is left after that is
 cancelled, which the endpoint tells its client (a 503, or the protocol's in-band error and the
 stream's end), given `CUT_GRACE` to be written, and the lifespan's shutdown runs (`stop`).
+A signal while the app still starts (waiting for a managed worker) cancels the start: the
+lifespan stops what it started, the socket never listens, and the exit code is 0.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Server:
         self.connections: set[http_server.Connection] = set()
         self.draining = False
         self._stop: asyncio.Event | None = None
+        self._starting: asyncio.Task[int] | None = None  # serve(), until the app has started
 
     def run(self, sockets: list[socket.socket] | None = None) -> int:
         """Serve until SIGTERM/SIGINT on uvloop; the exit code (1: the app did not start)."""
@@ -66,11 +69,19 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig)
         log = observability.logger()
+        self._starting = asyncio.current_task()
         try:
             async with self.servable.lifespan():
+                self._starting = None
                 async with self._listening(sockets):
                     await self._stop.wait()
                 await self._drain()
+        except asyncio.CancelledError:
+            if not self._stop.is_set():
+                raise
+            # request_stop() during the app's startup (a worker still starting): the
+            # lifespan has stopped what it started; nothing listened, nothing to drain.
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
         except OSError as exc:  # the address: in use, not this host's; one line, no traceback
             log.error("serve_failed", host=self.cfg.host, port=self.cfg.port, error=str(exc))
             return 1
@@ -94,6 +105,8 @@ class Server:
             observability.logger().info("drain", signal=signal.Signals(sig).name,
                                         drain_seconds=self.cfg.drain_seconds)
             self._stop.set()
+            if self._starting is not None:  # a start waiting on its workers ends now
+                self._starting.cancel()
 
     @contextlib.asynccontextmanager
     async def _listening(self, sockets: list[socket.socket] | None) -> AsyncIterator[None]:

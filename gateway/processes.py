@@ -15,7 +15,8 @@ requests in flight, which `server.max_concurrent_requests` limits for the whole 
 prometheus_client's multiprocess mode, in another such directory; /metrics in any process
 sums them all. SIGTERM or SIGINT to the parent: SIGTERM to every serving process (each drains
 its streams for `server.drain_seconds`) and the parent's copies of the sockets closed, so new
-connections are refused; then the workers stop.
+connections are refused; then the workers stop. A signal while the managed workers still
+start ends the start: no serving process is started, the workers stop, exit code 0.
 """
 
 from __future__ import annotations
@@ -130,13 +131,16 @@ def serve(cfg: config.Config, n: int, log_level: str) -> int:
     """Run `n` serving processes and the managed workers until SIGTERM/SIGINT; exit code."""
     cfg = fixed_worker_ports(cfg)
     socks = listeners(cfg.server.host, cfg.server.port, n)
+    # The managed workers get the environment as it was: vLLM takes a set
+    # PROMETHEUS_MULTIPROC_DIR as its own and would share the serving processes' directory.
+    worker_env = dict(os.environ)
     metrics_dir = tempfile.mkdtemp(prefix="gateway-metrics-")
     os.environ[metrics.MULTIPROC_ENV] = metrics_dir  # read by the spawned processes at import
     shared = tempfile.mkdtemp(prefix="gateway-upstreams-")
     try:
         import uvloop
 
-        uvloop.run(_parent(cfg, socks, log_level, shared))
+        uvloop.run(_parent(cfg, socks, log_level, shared, worker_env))
     finally:
         for s in socks:
             s.close()
@@ -182,16 +186,25 @@ def listeners(host: str, port: int, n: int) -> list[socket.socket]:
 
 
 async def _parent(cfg: config.Config, socks: list[socket.socket], log_level: str,
-                  shared: str) -> None:
+                  shared: str, worker_env: dict[str, str]) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     client = http1.Http1Client(cfg.server.timeouts.connect)
     # the serving processes take a worker's exit and return from here (gateway.board)
-    workers = supervisor.Supervisor(cfg, routing.Router(cfg, shared=board.Board(shared)), client)
+    workers = supervisor.Supervisor(cfg, routing.Router(cfg, shared=board.Board(shared)), client,
+                                    environ=worker_env)
     try:
-        await workers.start()
+        starting = asyncio.ensure_future(workers.start())
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if stop.is_set():  # a signal while a worker still starts: no serving process
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            return
+        await starting  # its error (a fast worker never healthy) ends the start
         slots = admission.Slots(shared, len(socks))
         kept = [ServingProcess(cfg, s, log_level, shared, slots, i) for i, s in enumerate(socks)]
         tasks = [asyncio.ensure_future(p.keep(stop)) for p in kept]

@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import functools
 import os
 import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 
 import tenacity
 
@@ -35,6 +37,11 @@ RESTART_RESET_SECONDS = 60.0
 HEALTH_PERIOD_SECONDS = 5.0  # probes of a running worker
 HEALTH_FAILURES = 3  # consecutive failed probes that take it out of rotation
 NOT_STARTED = 127  # a command that could not be run: the shell's "command not found"
+# What is left of a worker's process group after the worker itself died (vLLM's engine
+# processes, holding its GPU memory and port): SIGTERM, and SIGKILL after this, before a
+# restart.
+LEFTOVER_GRACE_SECONDS = 5.0
+GROUP_POLL_SECONDS = 0.05
 
 
 def restart_delay(crashes: int, base: float | None = None) -> float:
@@ -48,6 +55,20 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether a server listens on `host:port` already: a bind there fails (SO_REUSEADDR, so
+    that connections of an earlier run in TIME_WAIT do not count; no SO_REUSEPORT, so that a
+    server that set it, as vLLM does, still counts)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
 def die_with_parent(parent: int | None = None) -> None:
@@ -87,10 +108,11 @@ class ManagedWorker:
     """One configured worker process and its life cycle."""
 
     def __init__(self, cfg: config.WorkerConfig, route: routing.Route,
-                 client: upstream.UpstreamClient):
+                 client: upstream.UpstreamClient, environ: Mapping[str, str] | None = None):
         self.cfg = cfg
         self.route = route
         self.client = client
+        self.environ = environ  # what the worker's environment starts from (None: os.environ)
         self.port = cfg.port or free_port(cfg.host)
         self.url = f"http://{cfg.host}:{self.port}"
         self.kind = registry.WORKER_KINDS[cfg.kind]
@@ -100,6 +122,7 @@ class ManagedWorker:
         self.crashes = 0  # in a row: since the last run that stayed healthy
         self.healthy_since: float | None = None  # this run's registration (monotonic)
         self._stopping = False
+        self._watching = False  # gating a worker that another process runs (watch)
         self._log = observability.logger().bind(worker=cfg.kind, model=cfg.model, port=self.port)
 
     def command(self) -> list[str]:
@@ -108,7 +131,7 @@ class ManagedWorker:
                                 host=self.cfg.host, port=self.port), *self.cfg.args]
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = dict(os.environ if self.environ is None else self.environ)
         env.update(self.cfg.env)
         if self.cfg.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus
@@ -142,6 +165,16 @@ class ManagedWorker:
                           restarts=self.restarts)
 
     async def _run_once(self) -> int:
+        if self._stopping:  # stop() came while the restart was being decided
+            return 0
+        if port_in_use(self.cfg.host, self.port):
+            # Another server there would answer the worker's health probe: it would be put in
+            # rotation as this worker while the worker itself failed to bind.
+            self.crashes += 1
+            self._log.error("worker_start_failed", command=shown(self.command()),
+                            error=f"port {self.port} on {self.cfg.host} is in use by another "
+                                  f"process")
+            return NOT_STARTED
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.command(), env=self.environment(), stdin=asyncio.subprocess.DEVNULL,
@@ -153,6 +186,10 @@ class ManagedWorker:
                             error=f"{type(exc).__name__}: {exc}")
             return NOT_STARTED
         self._log.info("worker_started", pid=self.proc.pid, command=shown(self.command()))
+        self._announce(True)
+        if self._stopping:  # stop() came while it was being started: it found the last run
+            await _end_group(self.proc, 0)
+            return await self.proc.wait()
         self.healthy_since = None
         pump = asyncio.ensure_future(self._pump(self.proc))
         gate = asyncio.ensure_future(self._gate(time.monotonic() + self.cfg.startup_timeout))
@@ -164,7 +201,10 @@ class ManagedWorker:
             self.crashes = 1 if stable else self.crashes + 1
             gate.cancel()
             self.healthy.clear()
+            self._announce(False)
             self.route.upstreams.remove(self.url)
+            if not self._stopping:  # else stop() ends the group, with its own grace
+                await _end_group(self.proc, LEFTOVER_GRACE_SECONDS)
             await asyncio.wait([pump], timeout=1)
 
     async def _pump(self, proc: asyncio.subprocess.Process) -> None:
@@ -183,17 +223,31 @@ class ManagedWorker:
                 return
             self._log.info("worker_output", line=line.decode("utf-8", "replace").rstrip())
 
+    def _announce(self, running: bool) -> None:
+        """To the serving processes (gateway.board): whether this worker's process runs."""
+        if (shared := self.route.upstreams.board) is not None:
+            shared.set_running(self.route.name, self.url, running)
+
     async def watch(self) -> None:
         """Health only: in a serving process of several, the parent runs the worker process
-        and each serving process gates it into its own rotation by probing it."""
+        and each serving process gates it into its own rotation by probing it, while the
+        parent says it runs (another server may answer on its port)."""
+        self._watching = True
         await self._gate(None)
+
+    async def _passes(self, health: str) -> bool:
+        """Its health route answers 200, and (watching) the parent runs it."""
+        if await upstream.probe(self.client, health, timeout=2.0) != 200:
+            return False
+        shared = self.route.upstreams.board
+        return not self._watching or shared is None or shared.running(self.route.name, self.url)
 
     async def _gate(self, deadline: float | None) -> None:
         """Register the worker as an upstream once its health endpoint answers 200; then
         keep probing, and take it out of rotation while it fails (back in when it recovers).
         Past `deadline` without a first 200 the worker is killed (None: wait on)."""
         health = self.url + self.route.backend.health_path()
-        while await upstream.probe(self.client, health, timeout=2.0) != 200:
+        while not await self._passes(health):
             if deadline is not None and time.monotonic() > deadline:
                 self._log.error("worker_unhealthy", startup_timeout_s=self.cfg.startup_timeout)
                 await self._signal(signal.SIGKILL)
@@ -207,7 +261,7 @@ class ManagedWorker:
         failures = 0
         while True:
             await asyncio.sleep(HEALTH_PERIOD_SECONDS)
-            ok = await upstream.probe(self.client, health, timeout=2.0) == 200
+            ok = await self._passes(health)
             failures = 0 if ok else failures + 1
             if ok and self.healthy.is_set():
                 # as for a static upstream (gateway.health): a passing probe of a worker
@@ -226,27 +280,71 @@ class ManagedWorker:
         """SIGTERM, then SIGKILL after `grace` seconds; the whole process group."""
         self._stopping = True
         self.route.upstreams.remove(self.url)
-        if self.proc is None or self.proc.returncode is not None:
-            return
-        await self._signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self.proc.wait(), grace)
-        except TimeoutError:
-            await self._signal(signal.SIGKILL)
-            await self.proc.wait()
+        if self.proc is not None:
+            await _end_group(self.proc, grace)
 
     async def _signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
+            _signal_group(self.proc.pid, sig)
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """`sig` to the process group; False when it has no process left."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether a process of the group still runs. A zombie does not count: an orphan that
+    died waits for PID 1 to reap it, which some inits do only now and then (a second and
+    more), and kill(2) still finds it."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no procfs: kill(2) is all there is
+        return _signal_group(pgid, 0)
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
+
+
+async def _end_group(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM to the worker's process group, SIGKILL to what is left of it after `grace`.
+
+    The group, not the worker alone: a worker that exits on SIGTERM at once (or crashed) may
+    leave processes it started (vLLM's engine processes) that would outlive the gateway,
+    orphaned, holding the GPU and the port. The group is checked before each signal, as its
+    id may be taken again once it is empty."""
+    pgid = proc.pid
+    if _group_running(pgid):
+        _signal_group(pgid, signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while _group_running(pgid) and loop.time() < deadline:
+            await asyncio.sleep(GROUP_POLL_SECONDS)
+        if _group_running(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+    await proc.wait()
 
 
 class Supervisor:
     """All managed workers of a config."""
 
     def __init__(self, cfg: config.Config, router: routing.Router,
-                 client: upstream.UpstreamClient):
-        self.workers = [ManagedWorker(w, router.routes[router.resolve(w.model).name], client)
+                 client: upstream.UpstreamClient, environ: Mapping[str, str] | None = None):
+        """`environ`: the environment the workers' own start from (default: this process's)."""
+        self.workers = [ManagedWorker(w, router.routes[router.resolve(w.model).name], client,
+                                      environ)
                         for w in cfg.workers]
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -275,3 +275,17 @@ def test_sidecar_probes_allow_for_loading(sidecar: list[Obj]) -> None:
     live = gw["livenessProbe"]
     assert live["httpGet"]["path"] == "/health"  # its one worker is in the pod
     assert live["periodSeconds"] * live["failureThreshold"] >= 300
+
+
+def test_sidecar_liveness_lets_a_restarted_vllm_finish_loading(sidecar: list[Obj]) -> None:
+    """After a vLLM crash the gateway starts it again and /health is 503 while it reloads the
+    weights, for up to the worker's `startup_timeout` (vLLM listens only once loaded:
+    vllm/entrypoints/openai/api_server.py setup_server). The liveness probe on /health gave
+    10 minutes (60 x 10 s) against a startup_timeout of 20: a reload past 10 minutes was
+    killed by the kubelet midway and began again in a new container. Its window now
+    outlasts startup_timeout, so the gateway's own restart (of a load stuck past it) comes
+    first."""
+    cfg = gateway_config(sidecar)
+    live = container(one(sidecar, "Deployment", "gateway"))["livenessProbe"]
+    window = live["periodSeconds"] * live["failureThreshold"]
+    assert window > max(w.startup_timeout for w in cfg.workers)

@@ -508,3 +508,57 @@ def test_a_managed_worker_killed_is_used_again_by_every_process(gw: Gateway) -> 
         time.sleep(0.05)
     assert now and now != sims
     assert [gw.post().status_code for _ in range(8)] == [200] * 8
+
+
+def test_managed_workers_do_not_get_the_serving_processes_metrics_directory(
+        tmp_path: Path) -> None:
+    """With several serving processes the parent sets PROMETHEUS_MULTIPROC_DIR to its own
+    metrics directory (prometheus_client's multiprocess mode), and the managed workers it
+    started inherited it. vLLM takes a set PROMETHEUS_MULTIPROC_DIR as the user's
+    (vllm/v1/metrics/prometheus.py `setup_multiprocess_prometheus`: "Found
+    PROMETHEUS_MULTIPROC_DIR was set by user") and serves whatever that directory holds on its
+    /metrics (`get_prometheus_registry`: a MultiProcessCollector over it): the gateway's
+    series in vLLM's /metrics, vLLM's files in the gateway's directory, and vLLM's process
+    (a child of the gateway's parent) summed into the gateway's `process_*` metrics. A
+    worker gets the environment the gateway was started with."""
+    gw, _ = procs.gateway(tmp_path, CONFIG, env={"WORKER_ENV_MARK": "1"})
+    try:
+        sims = [p for p in procs.children_of(gw.pid) if "simulator" in procs.cmdline(p)]
+        assert len(sims) == 1
+        environ = dict(item.split("=", 1) for item in
+                       Path(f"/proc/{sims[0]}/environ").read_text().split("\0") if "=" in item)
+    finally:
+        gw.stop()
+    assert environ.get("WORKER_ENV_MARK") == "1"  # the gateway's environment, as it was
+    assert "PROMETHEUS_MULTIPROC_DIR" not in environ
+
+
+def test_a_worker_port_held_by_another_server_is_in_no_process_rotation(tmp_path: Path) -> None:
+    """`workers[].port` held by another server, with two serving processes: the parent does
+    not start the worker there (the port is in use), but each serving process gated the
+    worker into its own rotation by probing its URL, which the other server answered:
+    /health flipped between 200 and 503 and requests went to that server (404 "model `demo`
+    does not exist" from it). A serving process now takes a worker in only while the parent
+    runs it."""
+    other, other_url = procs.simulator(tmp_path, "--model-name", "other")
+    port = int(other_url.rsplit(":", 1)[1])
+    gw_port = procs.free_port()
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(f"server: {{workers: 2, drain_seconds: 1}}\ndefault_model: demo\n"
+                   f"workers: [{{kind: vllm, model: demo, port: {port}}}]\n")
+    gw = procs.Proc([sys.executable, "-m", "gateway", "serve", "--config", str(cfg),
+                     "--host", "127.0.0.1", "--port", str(gw_port)], tmp_path / "gw.log")
+    url = f"http://127.0.0.1:{gw_port}"
+    try:
+        deadline = time.monotonic() + 30
+        while '"listening"' not in gw.output() and time.monotonic() < deadline:
+            assert gw.popen.poll() is None, gw.output()
+            time.sleep(0.05)
+        while "worker_start_failed" not in gw.output() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # watchers probe every 0.1 s: long enough to have taken it in
+        statuses = {httpx.get(url + "/health", timeout=5).status_code for _ in range(12)}
+        assert statuses == {503}, statuses
+    finally:
+        gw.stop()
+        other.stop()

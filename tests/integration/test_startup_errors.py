@@ -56,3 +56,26 @@ def test_a_port_flag_out_of_range_is_refused_not_wrapped(tmp_path: Path, port: s
     done = serve(tmp_path, "--host", "127.0.0.1", f"--port={port}")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--port" in done.stderr and "0-65535" in done.stderr
+
+
+@pytest.mark.parametrize("flags", [[], ["--port", "18000"]], ids=["config", "flag"])
+def test_a_worker_on_the_gateways_own_port_is_one_error_line(tmp_path: Path,
+                                                              flags: list[str]) -> None:
+    """A managed vLLM left on vLLM's own default port 8000 with the gateway moved there too
+    (`server.port: 8000`, or `--port`): the gateway listened first and vLLM failed to bind,
+    restarted with backoff while /health stayed 503 (or, a worker up first, the gateway
+    failed on "address in use"), depending on which was quicker. The clash is now one
+    `config_error` naming the worker, exit 1, before anything starts."""
+    port = "18000" if flags else "8000"
+    path = tmp_path / "gateway.yaml"
+    path.write_text(("server: {port: 8000}\n" if not flags else "")
+                    + f"workers: [{{kind: vllm, model: m, port: {port}}}]\n")
+    done = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(path),
+                           *flags], cwd=procs.ROOT, capture_output=True, text=True, timeout=30,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 1, done.stderr
+    errors = [json.loads(line) for line in done.stderr.splitlines()
+              if '"config_error"' in line]
+    assert len(errors) == 1
+    assert errors[0]["message"].startswith(f"workers[0].port: {port} is the gateway's own")
+    assert '"worker_started"' not in done.stderr and '"listening"' not in done.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -296,3 +297,119 @@ async def test_a_fast_worker_never_healthy_fails_startup_naming_it() -> None:
         await sup.stop(grace=1.0)
     assert str(err.value).startswith("managed worker not healthy within 0.5s: simulator for "
                                      f"model `demo` at {sup.workers[0].url}")
+
+
+# Starts a child in its process group that outlives it: it ignores SIGTERM (as a process
+# busy releasing a GPU may, or one that installed its own handler); prints both pids. The
+# child's output is not the worker's pipe, so that the worker's exit is seen at once under
+# either event loop (plain asyncio's Process.wait also waits for the pipe's writers).
+_STRAGGLER = ("import os, signal, subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+              "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); "
+              "time.sleep(60)'], stdout=subprocess.PIPE, "
+              "stderr=subprocess.DEVNULL)\n"
+              "child.stdout.readline()\n"
+              "print(os.getpid(), child.pid, flush=True)\n"
+              "{end}\n")
+
+
+async def _family(logs: list[dict[str, object]], count: int = 1) -> list[list[int]]:
+    """The pids the `_STRAGGLER` runs printed, once `count` runs have printed them."""
+    async with asyncio.timeout(20):
+        while True:
+            lines = [str(e["line"]) for e in logs if e["event"] == "worker_output"]
+            if len(lines) >= count:
+                return [[int(p) for p in line.split()] for line in lines]
+            await asyncio.sleep(0.02)
+
+
+async def _gone(pids: list[int], timeout: float = 5) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(procs.alive(p) for p in pids):
+        await asyncio.sleep(0.05)
+    return not any(procs.alive(p) for p in pids)
+
+
+@pytest.mark.anyio
+async def test_a_process_the_worker_started_is_stopped_even_when_the_worker_exits_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC.md (Workers the gateway manages): stopped by SIGTERM, then SIGKILL. The worker
+    exits on SIGTERM at once but a process it started ignores it (vLLM's engine processes
+    are its children): stop() returned as soon as the worker itself had exited, and that
+    process lived on, orphaned, after the gateway (seen with `gateway serve` and a `vllm`
+    that starts a child: the child was left with parent 1). The whole group gets the
+    grace, then SIGKILL."""
+    worker = scripted(monkeypatch, _STRAGGLER.format(end="time.sleep(60)"), Probes(200))
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.ensure_future(worker.run())
+        try:
+            [pids] = await _family(logs)
+            started = asyncio.get_running_loop().time()
+            await worker.stop(grace=1.0)
+            took = asyncio.get_running_loop().time() - started
+        finally:
+            await worker.stop(grace=1.0)
+            await asyncio.wait_for(task, 5)
+    assert worker.proc is not None and worker.proc.returncode == -signal.SIGTERM
+    assert await _gone(pids), "a process of the stopped worker lives on"
+    assert 1.0 <= took < 5
+
+
+@pytest.mark.anyio
+async def test_a_crashed_workers_leftover_processes_end_before_it_restarts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that dies (a crash, the kernel's OOM killer) leaves the processes it started
+    behind, holding its port and GPU memory: the next start would fail on them, and each
+    restart left more. What is left of its process group is stopped (SIGTERM, then
+    SIGKILL) before the restart."""
+    monkeypatch.setattr(supervisor, "RESTART_BASE_SECONDS", 0.05)
+    monkeypatch.setattr(supervisor, "LEFTOVER_GRACE_SECONDS", 0.5)
+    worker = scripted(monkeypatch, _STRAGGLER.format(end="sys.exit(3)"), Probes(503))
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.ensure_future(worker.run())
+        try:
+            runs = await _family(logs, 2)
+            first_child = runs[0][1]
+            assert await _gone([first_child]), "the crashed worker's child lives on"
+        finally:
+            await worker.stop(grace=1.0)
+            await asyncio.wait_for(task, 5)
+    runs = [[int(p) for p in str(e["line"]).split()] for e in logs
+            if e["event"] == "worker_output"]
+    assert await _gone([p for run in runs for p in run])
+    exits = [e for e in logs if e["event"] == "worker_exited"]
+    assert exits and exits[0]["code"] == 3
+
+
+@pytest.mark.anyio
+async def test_a_worker_port_where_another_server_listens_is_never_taken_for_the_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`workers[].port` already held by another server (a second gateway's worker, a vLLM
+    started by hand): the worker fails to bind and exits, but its health probe reached the
+    other server, so the gateway put that server in rotation as its worker within 0.1 s and
+    sent it the model's requests (seen with `gateway serve`: `worker_healthy` before the
+    simulator's own "address already in use", then 404 "model `demo` does not exist" from
+    the other server). Now the port is checked first: an error line naming it, no start,
+    nothing in rotation, tried again with the restart backoff until the port is free."""
+    monkeypatch.setattr(supervisor, "RESTART_BASE_SECONDS", 0.02)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    worker = scripted(monkeypatch, "import time; time.sleep(60)", Probes(200), port=port)
+    ups = worker.route.upstreams
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.ensure_future(worker.run())
+        try:
+            await _until(lambda: worker.restarts >= 2, 10)
+            assert ups.all == [] and worker.proc is None
+            holder.close()
+            await _until(lambda: ups.all == [worker.url], 10)
+        finally:
+            holder.close()
+            await worker.stop(grace=1.0)
+            await asyncio.wait_for(task, 5)
+    failed = [e for e in logs if e["event"] == "worker_start_failed"]
+    assert failed and failed[0]["log_level"] == "error"
+    assert f"port {port}" in failed[0]["error"] and "in use" in failed[0]["error"]
+    assert [e["event"] for e in logs].count("worker_started") == 1

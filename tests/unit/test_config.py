@@ -524,3 +524,15 @@ def test_an_empty_api_keys_variable_is_an_error_never_an_open_gateway(value: str
     be open; it is a config error naming the variable instead."""
     with pytest.raises(config.ConfigError, match="GATEWAY_SERVER__API_KEYS|api_keys"):
         config.load_config(None, {"GATEWAY_SERVER__API_KEYS": value})
+
+
+def test_a_managed_worker_gets_time_to_load_a_large_model(tmp_path: Path) -> None:
+    """A `workers:` entry written with SPEC.md's keys only: vLLM binds its port before the
+    engine loads but listens only after (vllm/entrypoints/openai/api_server.py
+    `setup_server`, then the engine, then `serve_http`), so for the 5 to 15 minutes a large
+    model loads its /health is refused. The default `startup_timeout` was 600 s: such a
+    worker was killed as it loaded, and each restart began the load again."""
+    path = write(tmp_path, "workers: [{kind: vllm, model: llama, port: 8001}]\n")
+    worker = config.load_config(path, {}).workers[0]
+    assert worker.startup_timeout >= 15 * 60
+    assert worker.restart == "always"
