@@ -36,11 +36,13 @@ REQUESTS = 40
 
 
 def request_pids(log: str) -> list[int]:
-    """The `pid` of every request's log line."""
+    """The `pid` of every completion request's log line (not the start-up's health polls)."""
     out = []
     for line in log.splitlines():
         if line.startswith("{") and '"event":"request"' in line:
-            out.append(int(json.loads(line)["pid"]))
+            record = json.loads(line)
+            if record["path"] == "/v1/completions":
+                out.append(int(record["pid"]))
     return out
 
 
