@@ -165,8 +165,7 @@ class OpenAIBackend:
                                           extras=self.extras(req), table_order=True))
 
     def extras(self, req: canonical.InferenceRequest) -> params.Table:
-        """The client extras this worker declares for `req`'s route (one table for both
-        routes here: an OpenAI-compatible server takes what it does not use)."""
+        """The client extras this worker declares for `req`'s route (here: both routes')."""
         return self.EXTRAS
 
     def build(self, req: canonical.InferenceRequest, target: base.Target) -> base.UpstreamRequest:
