@@ -162,15 +162,20 @@ class OpenAIBackend:
 
     def check(self, req: canonical.InferenceRequest) -> None:
         self._checked = (req, params.plan(self.TABLE, req, self.WORKER, self.UNKNOWN_EXTRA,
-                                          extras=self.EXTRAS, table_order=True))
+                                          extras=self.extras(req), table_order=True))
+
+    def extras(self, req: canonical.InferenceRequest) -> params.Table:
+        """The client extras this worker declares for `req`'s route (here: both routes')."""
+        return self.EXTRAS
 
     def build(self, req: canonical.InferenceRequest, target: base.Target) -> base.UpstreamRequest:
         checked = self._checked
+        extras = self.extras(req)
         if checked is not None and checked[0] is req:
             fields = checked[1]  # dropped fields were logged by check()
         else:
             fields = params.plan(self.TABLE, req, self.WORKER, self.UNKNOWN_EXTRA,
-                                 extras=self.EXTRAS, table_order=True, check=False)
+                                 extras=extras, table_order=True, check=False)
         body: dict[str, Any] = {"model": target.model}
         if req.messages is not None:
             body["messages"] = [self.message(m) for m in req.messages]
@@ -188,7 +193,7 @@ class OpenAIBackend:
         if req.per_token and req.top_logprobs and target.options.get("tokenizer"):
             self.top_ids(body)
         for key, value in req.extra.items():  # as written, null included (`max_tokens: null`)
-            rule = self.EXTRAS.get(key, self.UNKNOWN_EXTRA)
+            rule = extras.get(key, self.UNKNOWN_EXTRA)
             if isinstance(rule, Send):
                 body.setdefault(rule.key or key, value)
             elif isinstance(rule, Translate) and value is not None:

@@ -246,6 +246,9 @@ class TgiBackend:
         if len(prompts) != 1 or not isinstance(prompts[0], str):
             raise params.refuse("prompt", "one text prompt per request, not a list or "
                                 "token ids", WORKER)
+        if not prompts[0]:  # validation.rs ValidationError::EmptyInput, whatever the model
+            raise params.refuse("prompt", "TGI refuses an empty prompt (validation.rs: `inputs` "
+                                "cannot be empty)", WORKER)
         if req.stream and req.prompt_logprobs is not None:
             raise params.refuse("prompt_logprobs", "TGI gives prompt logprobs "
                                 "(decoder_input_details) only without streaming", WORKER)

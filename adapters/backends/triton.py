@@ -1,7 +1,11 @@
 """Triton's generate extension in front of a TensorRT-LLM ensemble: text in, text out.
 
 Request: `POST {base}/v2/models/{model}/generate` (or `generate_stream`) with the ensemble's
-inputs as top-level keys (schemas/triton.py, from ensemble/config.pbtxt). The ensemble takes
+inputs as top-level keys (schemas/triton.py, from ensemble/config.pbtxt). The names are those
+of TensorRT-LLM >= 0.20 (NVIDIA/TensorRT-LLM triton_backend/all_models/inflight_batcher_llm/
+ensemble/config.pbtxt: `seed`, `min_tokens`); tensorrtllm_backend v0.19.0 and before called
+them `random_seed` and `min_length` (renamed in its c2e65b8). Triton refuses an input its config
+does not declare (core: "unexpected inference input"), so one set is sent: README says which. The ensemble takes
 text only, so chat messages become `text_input` through the model's Hugging Face chat template
 (adapters/chat_template.py); `max_tokens` is required, so an absent limit gets a default. The
 parameter mapping is the table `TRITON`; what Triton cannot do at all is the capability set

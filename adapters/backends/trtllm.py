@@ -3,7 +3,8 @@
 Source: NVIDIA/TensorRT-LLM tensorrt_llm/serve/openai_protocol.py (OpenAIBaseModel
 `extra="forbid"`; ChatCompletionRequest / CompletionRequest fields; `model` required). It has
 no `return_token_ids` and no `prompt_logprobs`, so those are refused before any I/O, as is an
-extra it does not declare (`suffix` too: CompletionRequest.check_suffix). Its byte habits (a
+extra the route's request class does not declare (chat and completions declare different ones;
+`suffix` too: CompletionRequest.check_suffix) and a `reasoning_effort` outside its type. Its byte habits (a
 space before a chunk's blank line, a dropped connection instead of an error event, a flat error
 body) are handled by the shared SSE reader and decoder.
 """
@@ -21,6 +22,23 @@ from schemas import canonical
 # trtllm-serve took its sampling extras from vLLM's protocol.py (its header says "Adapted
 # from" it) and kept the names: the same table.
 TRTLLM_SAMPLING: dict[str, params.Rule] = vllm.VLLM_SAMPLING
+
+# openai_protocol.py ChatCompletionRequest `reasoning_effort: Optional[ReasoningEffort |
+# Literal["low", "medium", "high", "max", "none"]]` (openai_harmony's ReasoningEffort: low,
+# medium, high): OpenAI's `minimal` and `xhigh` have no equal there, and any other value is its
+# 400, so they are ours, naming the field.
+REASONING_EFFORTS = ("low", "medium", "high", "max", "none")
+
+
+def _reasoning_effort(v: str) -> dict[str, Any]:
+    if v not in REASONING_EFFORTS:
+        raise params.refuse("reasoning_effort", f"{v!r} is not one of "
+                            f"{', '.join(map(repr, REASONING_EFFORTS))}", "trtllm-serve")
+    return {"reasoning_effort": v}
+
+
+TRTLLM_OPTIONS: dict[str, params.Rule] = {
+    **openai.OPENAI_OPTIONS, "reasoning_effort": Translate(_reasoning_effort)}
 
 # Request fields trtllm-serve declares beyond those the canonical model carries: a client's
 # extra field passes only if it is one of these (openai_protocol.py, both request classes).
@@ -49,24 +67,34 @@ def _structured_outputs(v: Any) -> dict[str, Any]:
                         "`grammar` have a `response_format`", "trtllm-serve")
 
 
-TRTLLM_EXTRAS: dict[str, params.Rule] = {
+# openai_protocol.py: the extras both request classes declare, then each one's own. Each class
+# forbids the other's (`extra="forbid"`), so each route has its own table: a chat-only field on
+# /v1/completions (or the reverse) is our 400 naming it, not trtllm-serve's.
+_BOTH: dict[str, params.Rule] = {
     "structured_outputs": Translate(_structured_outputs),
     **{name: Send() for name in (
-    "use_beam_search", "top_p_min", "early_stopping", "include_stop_str_in_output",
-    "spaces_between_special_tokens", "return_context_logits", "detokenize",
-    "thinking_token_budget", "add_special_tokens", "lora_request", "priority",
-    "prompt_ignore_length", "disaggregated_params", "conversation_params",
-    # chat only
-    "add_generation_prompt", "documents", "chat_template", "chat_template_kwargs",
-    "cache_salt", "mm_processor_kwargs", "media_io_kwargs", "thinking", "agent_hierarchy",
-    )},
+        "use_beam_search", "top_p_min", "early_stopping", "include_stop_str_in_output",
+        "spaces_between_special_tokens", "thinking_token_budget", "add_special_tokens",
+        "lora_request", "priority", "prompt_ignore_length", "disaggregated_params",
+        "conversation_params")},
 }
-TRTLLM_EXTRA_FIELDS = frozenset(TRTLLM_EXTRAS)
-# The extras a chat keeps when it is continued through CompletionRequest: those it declares
-# with the same meaning. Not the chat's rendering inputs, its `add_special_tokens` (the
+# ChatCompletionRequest; `echo` there prepends the last message (as vLLM's chat `echo`).
+TRTLLM_CHAT_EXTRAS: dict[str, params.Rule] = {
+    **_BOTH,
+    **{name: Send() for name in (
+        "echo", "add_generation_prompt", "documents", "chat_template", "chat_template_kwargs",
+        "cache_salt", "mm_processor_kwargs", "media_io_kwargs", "thinking", "agent_hierarchy")},
+}
+# CompletionRequest (`suffix` is declared but refused when set: check_suffix).
+TRTLLM_COMPLETIONS_EXTRAS: dict[str, params.Rule] = {
+    **_BOTH, **{name: Send() for name in ("return_context_logits", "detokenize")},
+}
+TRTLLM_EXTRA_FIELDS = frozenset(TRTLLM_CHAT_EXTRAS) | frozenset(TRTLLM_COMPLETIONS_EXTRAS)
+# The extras a chat keeps when it is continued through CompletionRequest: those both classes
+# declare with the same meaning. Not the chat's rendering inputs, its `add_special_tokens` (the
 # continuation sets it), beam search or a disaggregated request's state.
 TRTLLM_COMPLETION_EXTRAS = frozenset({
-    "top_p_min", "include_stop_str_in_output", "spaces_between_special_tokens", "detokenize",
+    "top_p_min", "include_stop_str_in_output", "spaces_between_special_tokens",
     "thinking_token_budget", "lora_request", "priority", "prompt_ignore_length",
     "conversation_params"})
 
@@ -81,17 +109,25 @@ class TrtllmBackend(openai.OpenAIBackend):
 
     WORKER: ClassVar[str] = "trtllm-serve"
     SAMPLING: ClassVar[dict[str, params.Rule]] = TRTLLM_SAMPLING
-    EXTRAS: ClassVar[dict[str, params.Rule]] = TRTLLM_EXTRAS
+    EXTRAS: ClassVar[dict[str, params.Rule]] = TRTLLM_CHAT_EXTRAS
+    COMPLETIONS_EXTRAS: ClassVar[dict[str, params.Rule]] = TRTLLM_COMPLETIONS_EXTRAS
     UNKNOWN_EXTRA: ClassVar[params.Rule] = Refuse(
         "extra=\"forbid\"", message="`{name}` is not supported by this model's worker "
         "(trtllm-serve)")
-    TABLE: ClassVar[dict[str, params.Rule]] = {**SAMPLING, **openai.OPENAI_OPTIONS}
-    ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
+    OPTIONS: ClassVar[dict[str, params.Rule]] = TRTLLM_OPTIONS
+    TABLE: ClassVar[dict[str, params.Rule]] = {**SAMPLING, **OPTIONS}
+    ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = (
+        params.accepted_extras(EXTRAS, apart=True)
+        | params.accepted_extras(COMPLETIONS_EXTRAS, apart=True))
     PER_TOKEN_LOGPROBS = True  # CompletionRequest / ChatCompletionRequest `logprobs`
     # openai_protocol.py CompletionRequest `max_tokens: Optional[int] = None`: the engine's own
     # default, which may be the context's room, so no small bound is assumed.
     COMPLETIONS_MAX_TOKENS: ClassVar[int | None] = None
     COMPLETION_EXTRAS: ClassVar[frozenset[str]] = TRTLLM_COMPLETION_EXTRAS
+
+    def extras(self, req: canonical.InferenceRequest) -> params.Table:
+        """The route's own declared extras: ChatCompletionRequest's or CompletionRequest's."""
+        return self.EXTRAS if req.messages is not None else self.COMPLETIONS_EXTRAS
 
     def health_path(self) -> str:
         return "/health"  # openai_server.py: 200, or 503 while the LLM is unavailable

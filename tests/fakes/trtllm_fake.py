@@ -34,7 +34,7 @@ Message = MutableMapping[str, Any]
 # route is refused here as trtllm-serve refuses it).
 _BOTH = {"model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
          "presence_penalty", "response_format", "seed", "stop", "stream", "stream_options",
-         "temperature", "top_p", "user", "echo", "best_of", "suffix", "use_beam_search", "top_k",
+         "temperature", "top_p", "user", "echo", "best_of", "use_beam_search", "top_k",
          "top_p_min", "min_p", "repetition_penalty", "length_penalty", "early_stopping",
          "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "min_tokens",
          "skip_special_tokens", "spaces_between_special_tokens", "truncate_prompt_tokens",
@@ -46,7 +46,9 @@ ALLOWED_CHAT = _BOTH | {
     "add_generation_prompt", "documents", "chat_template", "chat_template_kwargs",
     "injected_chat_template_kwargs", "media_io_kwargs", "cache_salt", "agent_hierarchy",
     "mm_processor_kwargs"}
-ALLOWED_COMPLETIONS = _BOTH | {"prompt", "return_context_logits", "detokenize"}
+ALLOWED_COMPLETIONS = _BOTH | {"prompt", "suffix", "return_context_logits", "detokenize"}
+# ChatCompletionRequest `reasoning_effort`: openai_harmony's ReasoningEffort or these.
+REASONING_EFFORTS = {"low", "medium", "high", "max", "none"}
 
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}</s>\n"
             "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
@@ -86,13 +88,17 @@ def _drop_none(v: Any) -> Any:
 
 def _invalid(data: dict[str, Any]) -> str:
     """The request classes' `mode="before"` validators (openai_protocol.py): stream options
-    only with a stream, `top_logprobs` only with `logprobs`, no `suffix`; "" when none fails."""
+    only with a stream, `top_logprobs` only with `logprobs`, no `suffix`, a `reasoning_effort`
+    of its type; "" when none fails."""
     if data.get("stream_options") is not None and not data.get("stream"):
         return "stream_options can only be set if stream is true"
     if data.get("top_logprobs") is not None and not data.get("logprobs"):
         return "logprobs must be true when using top_logprobs"
     if data.get("suffix"):
         return "suffix is not supported"
+    effort = data.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        return f"reasoning_effort: Input should be 'low', 'medium' or 'high' (given {effort!r})"
     return ""
 
 

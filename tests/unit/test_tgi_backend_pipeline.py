@@ -193,3 +193,20 @@ def test_live_connection_cut_mid_stream_is_an_in_band_error(live: str) -> None:
     with pytest.raises(openai.APIError, match="broke off"):
         for _ in client.chat.completions.create(model="llama", messages=msgs, stream=True):
             pass
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_empty_prompt_is_an_openai_400_before_any_worker_request(
+        gw: httpx.AsyncClient, fake: Starlette, stream: bool) -> None:
+    """TGI refuses an empty prompt whatever the model (router/src/validation.rs:
+    `ValidationError::EmptyInput`, "`inputs` cannot be empty", a 422): an OpenAI client asked
+    what this worker cannot do, so it gets OpenAI's 400 naming `prompt`, not TGI's 422, and
+    the worker is not asked."""
+    with pytest.raises(openai.BadRequestError) as info:
+        await sdk(gw).completions.create(model="llama", prompt="", max_tokens=3, stream=stream)
+    assert info.value.status_code == 400
+    assert info.value.body["message"] == (  # type: ignore[index]
+        "`prompt` is not supported by this model's worker (tgi): TGI refuses an empty "
+        "prompt (validation.rs: `inputs` cannot be empty)")
+    assert fake.state.requests == []

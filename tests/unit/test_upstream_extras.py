@@ -109,3 +109,20 @@ async def test_vllm_only_fields_do_not_reach_a_plain_openai_server() -> None:
     _, (request,) = await sent("openai", "/v1/chat/completions",
                                {"model": "m", "messages": CHAT, "chat_template_kwargs": {}})
     assert "chat_template_kwargs" not in orjson.loads(request.content)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("path", "body", "field"), [
+    (CLIENTS[1][0], CLIENTS[1][1], "chat_template_kwargs"),
+    (CLIENTS[1][0], CLIENTS[1][1], "documents"),
+    (CLIENTS[0][0], CLIENTS[0][1], "detokenize"),
+])
+async def test_trtllm_refuses_a_field_only_its_other_route_declares(
+        path: str, body: dict[str, Any], field: str) -> None:
+    """trtllm-serve openai_protocol.py: ChatCompletionRequest and CompletionRequest each
+    forbid the other's own fields, so the gateway refuses them per route, before any I/O."""
+    resp, requests = await sent("trtllm", path, {**body, field: {} if field != "detokenize"
+                                                 else False})
+    assert resp.status_code == 400 and requests == []
+    assert resp.json()["error"]["message"] == \
+        f"`{field}` is not supported by this model's worker (trtllm-serve)"
