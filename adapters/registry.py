@@ -67,7 +67,6 @@ INFERENCE_ROUTES: list[tuple[str, Callable[[], base.Frontend]]] = [
     (r.path, r.frontend) for m in _FRONTENDS for r in m.ROUTES]
 
 
-
 def _shared(owner: base.StatusRouteSpec,
             claimed: list[base.StatusRouteSpec]) -> base.StatusRoute:
     """One answer for a path several protocols' status routes hold: the first route that

@@ -29,6 +29,11 @@ REST = (b'data: {"id":"d","object":"chat.completion.chunk","created":2,"model":"
         b'data: {"id":"d","object":"chat.completion.chunk","created":2,"model":"m","choices":[],'
         b'"usage":{"prompt_tokens":4,"total_tokens":5,"completion_tokens":1}}\n\n'
         b"data: [DONE]\n\n")
+# The start of an n=2 stream: each choice's first text, then the worker breaks (Broken).
+TWO_CHOICES_HEAD = b"".join(
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+    b'[{"index":%d,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}'
+    b"\n\n" % i for i in (0, 1))
 
 
 @pytest.mark.anyio

@@ -22,6 +22,7 @@ from structlog.testing import capture_logs
 from gateway import app as gateway_app
 from gateway import config, metrics, upstream
 from tests.unit import test_pipeline_respx as harness
+from tests.unit.test_failover_respx import REST, TWO_CHOICES_HEAD
 from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, make_config
 
 STREAM_USAGE = (
@@ -672,15 +673,10 @@ async def test_each_continuation_of_a_stream_of_two_choices_is_an_attempt_of_its
     (gateway.failover). Three attempts went upstream, so three are counted (the cut one with
     its error), not the last one begun only: gen_ai.client.operation.duration is per
     operation upstream (semantic-conventions gen-ai-metrics.md)."""
-    head = b"".join(
-        b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
-        b'[{"index":%d,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}'
-        b"\n\n" % i for i in (0, 1))
-    from tests.unit.test_failover_respx import REST
     with respx.mock(assert_all_called=True) as r:
         harness.healthy(r)
         r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
-            200, stream=harness.Broken([head])))
+            200, stream=harness.Broken([TWO_CHOICES_HEAD])))
         cont = r.post(f"{UP2}/v1/chat/completions").mock(
             side_effect=lambda _: httpx.Response(200, content=REST))
         b, a, resp = await run_with(make_config(), r, {**CHAT, "stream": True, "n": 2,

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from gateway import app as gateway_app
 from gateway import config, tracing, upstream
+from tests.unit.test_failover_respx import REST, TWO_CHOICES_HEAD
 from tests.unit.test_metrics import STREAM_USAGE
 from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, WHOLE_OK, make_config
 
@@ -242,19 +243,14 @@ async def test_each_continuation_of_a_cut_stream_has_its_own_client_span() -> No
     """n=2 cut after its first byte: each choice is continued by a request of its own, at
     once (gateway.failover). Every worker request has its own attempt span, ended (an open
     one is never exported), and names that span in its `traceparent`."""
-    from tests.unit.test_failover_respx import REST
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    head = b"".join(
-        b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
-        b'[{"index":%d,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}'
-        b"\n\n" % i for i in (0, 1))
     from tests.unit import test_pipeline_respx as harness
     with respx.mock(assert_all_called=True) as r:
         harness.healthy(r)
         r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
-            200, stream=harness.Broken([head])))
+            200, stream=harness.Broken([TWO_CHOICES_HEAD])))
         r.post(f"{UP2}/v1/chat/completions").mock(
             side_effect=lambda _: httpx.Response(200, content=REST))
         resp = await post(r, {**CHAT, "stream": True, "n": 2, "max_tokens": 10},

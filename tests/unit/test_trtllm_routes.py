@@ -18,9 +18,9 @@ import pytest
 
 from adapters import base, registry
 from adapters.backends import trtllm
-from adapters.frontends import openai as openai_frontend
-from schemas import canonical, errors
+from schemas import errors
 from tests.fakes import trtllm_fake
+from tests.unit.test_openai_backend_params import chat, completion
 
 TARGET = base.Target("http://worker:8000/", "org/m")
 # A value each extra takes (structured_outputs must name a guide to become response_format).
@@ -28,16 +28,6 @@ VALUES: dict[str, Any] = {"structured_outputs": {"regex": "[0-9]+"}, "thinking":
                           "documents": [], "chat_template_kwargs": {}}
 
 
-def chat(**fields: Any) -> canonical.InferenceRequest:
-    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], **fields}
-    return openai_frontend.OpenAIChatFrontend().parse(orjson.dumps(body),
-                                                      base.RequestContext()).request
-
-
-def completion(**fields: Any) -> canonical.InferenceRequest:
-    body = {"model": "m", "prompt": "Say", **fields}
-    return openai_frontend.OpenAICompletionsFrontend().parse(orjson.dumps(body),
-                                                             base.RequestContext()).request
 
 
 ROUTES = {"chat": (chat, trtllm_fake.ALLOWED_CHAT),
