@@ -214,7 +214,11 @@ def _grammar(req: canonical.InferenceRequest, g: wire.Grammar) -> None:
 
 
 def check(inputs: str, p: wire.GenerateParameters, do_sample: bool, best_of: int) -> None:
-    """validation.rs `Validation::validate`, in its order and with its messages."""
+    """validation.rs `Validation::validate`, in its order and with its messages; the count of
+    best_of first, as infer/mod.rs generate_best_of checks it before `validate` runs."""
+    if best_of > MAX_BEST_OF:  # validate_best_of
+        raise _invalid(f"`best_of` must be > 0 and <= {MAX_BEST_OF}. Given: {best_of}",
+                       "best_of")
     sampling = (do_sample or p.temperature is not None or p.top_k is not None
                 or p.top_p is not None or p.typical_p is not None)
     if best_of > 1 and not sampling:
@@ -235,9 +239,6 @@ def check(inputs: str, p: wire.GenerateParameters, do_sample: bool, best_of: int
                        f"{MAX_INPUT_TOKENS}. Given: {p.truncate}", "truncate")
     if p.grammar is not None:
         p.grammar.value = _check_grammar(p.grammar)
-    if best_of > MAX_BEST_OF:  # infer/mod.rs generate_best_of -> validate_best_of
-        raise _invalid(f"`best_of` must be > 0 and <= {MAX_BEST_OF}. Given: {best_of}",
-                       "best_of")
 
 
 # (field, is it out of range, TGI's message) in validation.rs order.

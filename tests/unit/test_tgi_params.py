@@ -176,6 +176,11 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"best_of": 2}, "you must use sampling when `best_of` is > 1"),
     ({"best_of": 2, "do_sample": True, "seed": 1}, "`seed` must not be set when `best_of` > 1"),
     ({"best_of": 3, "do_sample": True}, "`best_of` must be > 0 and <= 2. Given: 3"),
+    # infer/mod.rs generate_best_of runs validate_best_of before validation.rs `validate`:
+    # too many sequences is the answer whatever else is wrong.
+    ({"best_of": 3}, "`best_of` must be > 0 and <= 2. Given: 3"),
+    ({"best_of": 3, "do_sample": True, "seed": 1}, "`best_of` must be > 0 and <= 2. Given: 3"),
+    ({"best_of": 3, "temperature": 0}, "`best_of` must be > 0 and <= 2. Given: 3"),
     ({"top_n_tokens": 6}, "`top_n_tokens` must be >= 0 and <= 5. Given: 6"),
     ({"truncate": 0}, "`truncate` must be strictly positive and less than 4095. Given: 0"),
     ({"grammar": {"type": "json", "value": {"type": "object"}}},
