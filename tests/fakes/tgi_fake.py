@@ -44,6 +44,7 @@ SCRIPT = [(" The", 415), (" answer", 4372), (" is", 349), (" 42", 28705), (".", 
 EOS = ("</s>", 2)
 SSE = "text/event-stream"
 MAX_TOTAL_TOKENS = 4096  # launcher default when the model config gives none
+DEFAULT_GENERATION_LENGTH = 1024  # validation.rs: a larger max_new_tokens is checked as this
 
 
 def _directive(text: str, name: str) -> int | None:
@@ -87,9 +88,11 @@ def _validate(data: Any, stream: bool) -> wire.GenerateRequest:
     except (errors.InvalidRequest, ValidationError) as exc:
         message = exc.message if isinstance(exc, errors.InvalidRequest) else str(exc)
         raise ValueError(f"Input validation error: {message}") from None
-    n_in, n_new = len(raw.inputs.split()), (raw.parameters or wire.GenerateParameters()
-                                             ).max_new_tokens or 0
-    if n_in + n_new > MAX_TOTAL_TOKENS:  # validation.rs ValidationError::MaxTotalTokens
+    n_in, n_new = len(raw.inputs.split()), min((raw.parameters or wire.GenerateParameters()
+                                                 ).max_new_tokens or 0, DEFAULT_GENERATION_LENGTH)
+    # validation.rs validate_input: the limit checked is at most DEFAULT_GENERATION_LENGTH (the
+    # rest is generated in re-queued chunks), so a large max_new_tokens alone passes.
+    if n_in + n_new > MAX_TOTAL_TOKENS:  # ValidationError::MaxTotalTokens
         raise ValueError(f"Input validation error: `inputs` tokens + `max_new_tokens` must be "
                          f"<= {MAX_TOTAL_TOKENS}. Given: {n_in} `inputs` tokens and {n_new} "
                          "`max_new_tokens`")
@@ -101,7 +104,10 @@ def _err(message: str, kind: str) -> bytes:
 
 
 async def generate_stream(request: Request) -> Response:
-    data = orjson.loads(await request.body())
+    return _stream(request, orjson.loads(await request.body()))
+
+
+def _stream(request: Request, data: Any) -> Response:
     request.app.state.requests.append((request.url.path, data))
     try:
         raw = _validate(data, True)
@@ -117,7 +123,7 @@ async def generate_stream(request: Request) -> Response:
         if p.top_n_tokens:
             ev["top_tokens"] = _top(t, p.top_n_tokens)
         last = i == len(toks) - 1
-        ev["generated_text"] = _text(toks) if last else None
+        ev["generated_text"] = _prefix(raw) + _text(toks) if last else None
         ev["details"] = {"finish_reason": reason, "generated_tokens": len(toks), "seed": p.seed,
                          "input_length": len(raw.inputs.split())} if last and p.details else None
         parts.append(b"data: " + orjson.dumps(ev) + b"\n\n")
@@ -128,7 +134,10 @@ async def generate_stream(request: Request) -> Response:
 
 
 async def generate(request: Request) -> Response:
-    data = orjson.loads(await request.body())
+    return _whole(request, orjson.loads(await request.body()))
+
+
+def _whole(request: Request, data: Any) -> Response:
     request.app.state.requests.append((request.url.path, data))
     try:
         raw = _validate(data, False)
@@ -139,10 +148,43 @@ async def generate(request: Request) -> Response:
                         media_type="application/json")
     p = raw.parameters or wire.GenerateParameters()
     toks, reason = generate_tokens(p.max_new_tokens or 100, p.stop or [])
-    body: dict[str, Any] = {"generated_text": _text(toks)}
+    body: dict[str, Any] = {"generated_text": _prefix(raw) + _text(toks)}
     if p.details or p.decoder_input_details:
         body["details"] = _details(raw.inputs, p, toks, reason)
     return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _prefix(raw: wire.GenerateRequest) -> str:
+    """server.rs generate(_stream)_internal: the prompt before the text with return_full_text."""
+    return raw.inputs if raw.parameters and raw.parameters.return_full_text else ""
+
+
+async def compat_generate(request: Request) -> Response:
+    """POST / (server.rs compat_generate): return_full_text defaults to true (the pipeline tag
+    is text-generation), `stream` picks the route, and a whole answer is wrapped in a list."""
+    data = orjson.loads(await request.body())
+    params = data.get("parameters") if isinstance(data, dict) else None
+    if isinstance(params, dict) and params.get("return_full_text") is None:
+        params["return_full_text"] = True
+    elif isinstance(data, dict) and "parameters" not in data:
+        data["parameters"] = {"do_sample": True, "return_full_text": True}  # default_parameters
+    if isinstance(data, dict) and data.get("stream"):
+        return _stream(request, data)
+    resp = _whole(request, data)
+    if resp.status_code != 200:
+        return resp
+    return Response(b"[" + bytes(resp.body) + b"]", media_type="application/json")
+
+
+async def info(request: Request) -> Response:
+    """GET /info: lib.rs Info in its order, with the launcher's defaults."""
+    return Response(orjson.dumps({
+        "model_id": MODEL_ID, "model_sha": None, "model_pipeline_tag": "text-generation",
+        "max_concurrent_requests": 128, "max_best_of": 2, "max_stop_sequences": 4,
+        "max_input_tokens": MAX_TOTAL_TOKENS - 1, "max_total_tokens": MAX_TOTAL_TOKENS,
+        "validation_workers": 2, "max_client_batch_size": 4,
+        "router": "text-generation-router", "version": FINGERPRINT.split("-")[0], "sha": None,
+        "docker_label": None}), media_type="application/json")
 
 
 def _details(inputs: str, p: wire.GenerateParameters, toks: list[dict[str, Any]],
@@ -152,9 +194,10 @@ def _details(inputs: str, p: wire.GenerateParameters, toks: list[dict[str, Any]]
                for i, w in enumerate(inputs.split())] if p.decoder_input_details else []
     d: dict[str, Any] = {"finish_reason": reason, "generated_tokens": len(toks), "seed": p.seed,
                          "prefill": prefill, "tokens": toks}
-    if (p.best_of or 1) > 1:
-        other = toks[:2]
-        d["best_of_sequences"] = [{"generated_text": _text(other), "finish_reason": "length",
+    if (p.best_of or 1) > 1:  # less likely (infer/mod.rs generate_best_of: the best mean
+        other = [{**t, "logprob": t["logprob"] - 1.0} for t in toks[:2]]  # logprob comes first)
+        full = inputs if p.return_full_text else ""  # generate_internal adds it to each one
+        d["best_of_sequences"] = [{"generated_text": full + _text(other), "finish_reason": "length",
                                    "generated_tokens": 2, "seed": None, "prefill": prefill,
                                    "tokens": other}]
     if p.top_n_tokens:
@@ -293,6 +336,8 @@ async def health(request: Request) -> Response:
 def app(overloaded: bool = False) -> Starlette:
     """The fake; `overloaded` answers every generate request as an overloaded TGI does."""
     a = Starlette(routes=[
+        Route("/", compat_generate, methods=["POST"]),
+        Route("/info", info, methods=["GET"]),
         Route("/generate", generate, methods=["POST"]),
         Route("/generate_stream", generate_stream, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),

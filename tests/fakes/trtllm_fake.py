@@ -102,6 +102,19 @@ def _invalid(data: dict[str, Any]) -> str:
     return ""
 
 
+def _guides(data: dict[str, Any]) -> dict[str, Any]:
+    """trtllm-serve's own `response_format` kinds (openai_protocol.py
+    _response_format_to_guided_decoding_params: `regex`, `json` with `schema`, `ebnf`) as the
+    simulator's vLLM `structured_outputs`, which it reads (vLLM's response_format has none)."""
+    fmt = data.get("response_format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    key = {"regex": ("regex", "regex"), "json": ("json", "schema"), "ebnf": ("grammar", "ebnf")}
+    if not isinstance(fmt, dict) or kind not in key:
+        return data
+    rest = {k: v for k, v in data.items() if k != "response_format"}
+    return {**rest, "structured_outputs": {key[kind][0]: fmt.get(key[kind][1])}}
+
+
 def _error(message: str) -> bytes:
     return orjson.dumps({"object": "error", "message": message, "type": "BadRequestError",
                          "param": None, "code": 400})
@@ -134,6 +147,8 @@ class TrtllmFake:
                         "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": _error(message)})
             return None
+        if (guided := _guides(data)) is not data:
+            data, body = guided, orjson.dumps(guided)
         chat = continued_chat(data) if scope["path"] == "/v1/completions" else None
         if chat is not None:
             body = orjson.dumps(chat)

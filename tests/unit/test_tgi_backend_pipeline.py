@@ -105,7 +105,9 @@ async def test_completions_whole_reads_the_stream_for_usage(gw: httpx.AsyncClien
 @pytest.mark.anyio
 async def test_a_worker_validation_error_is_a_4xx_never_retried(gw: httpx.AsyncClient,
                                                                 fake: Starlette) -> None:
-    r = await gw.post("/v1/completions", json={"model": "llama", "prompt": "Hi",
+    # validation.rs validate_input checks at most 1024 new tokens (DEFAULT_GENERATION_LENGTH),
+    # so it is the long prompt that passes max_total_tokens (4096) here.
+    r = await gw.post("/v1/completions", json={"model": "llama", "prompt": "w " * 3100,
                                                 "max_tokens": 5000})
     assert r.status_code == 422 and "`max_new_tokens` must be <=" in r.json()["error"]["message"]
     assert len(fake.state.requests) == 1
