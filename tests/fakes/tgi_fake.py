@@ -189,17 +189,17 @@ async def info(request: Request) -> Response:
 
 def _details(inputs: str, p: wire.GenerateParameters, toks: list[dict[str, Any]],
              reason: str) -> dict[str, Any]:
-    """lib.rs Details, in its order; the other sequences of best_of are shorter ones."""
+    """lib.rs Details, in its order; the other sequence of best_of: the same, less likely."""
     prefill = [{"id": 100 + i, "text": w, "logprob": None if i == 0 else -1.0}
                for i, w in enumerate(inputs.split())] if p.decoder_input_details else []
     d: dict[str, Any] = {"finish_reason": reason, "generated_tokens": len(toks), "seed": p.seed,
                          "prefill": prefill, "tokens": toks}
-    if (p.best_of or 1) > 1:  # less likely (infer/mod.rs generate_best_of: the best mean
-        other = [{**t, "logprob": t["logprob"] - 1.0} for t in toks[:2]]  # logprob comes first)
+    if (p.best_of or 1) > 1:  # the other sequence, less likely (infer/mod.rs generate_best_of:
+        other = [{**t, "logprob": t["logprob"] - 1.0} for t in toks]  # best mean logprob first)
         full = inputs if p.return_full_text else ""  # generate_internal adds it to each one
-        d["best_of_sequences"] = [{"generated_text": full + _text(other), "finish_reason": "length",
-                                   "generated_tokens": 2, "seed": None, "prefill": prefill,
-                                   "tokens": other}]
+        d["best_of_sequences"] = [{"generated_text": full + _text(other), "finish_reason": reason,
+                                   "generated_tokens": len(other), "seed": None,
+                                   "prefill": prefill, "tokens": other}]
     if p.top_n_tokens:
         d["top_tokens"] = [_top(t, p.top_n_tokens) for t in toks]
     return d
