@@ -69,7 +69,9 @@ class NamedToolChoice(_Open):
 
 
 class StreamOptions(_Open):
-    include_usage: bool | None = None
+    # True unless said: vLLM protocol.py and trtllm-serve openai_protocol.py StreamOptions, so
+    # `stream_options: {}` is a usage chunk from either worker (OpenAI documents no default).
+    include_usage: bool | None = True
     continuous_usage_stats: bool | None = None
 
 

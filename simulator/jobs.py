@@ -74,11 +74,12 @@ def stop_strings(body: dict[str, Any]) -> tuple[str, ...]:
     stop = body.get("stop")
     if stop is None:
         return ()
-    if isinstance(stop, str):
-        return (stop,) if stop else ()
-    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        return tuple(s for s in stop if s)
-    raise SimError("`stop` must be a string or a list of strings")
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise SimError("`stop` must be a string or a list of strings")
+    if not all(stops):  # SamplingParams._verify_args
+        raise SimError("stop cannot contain an empty string.")
+    return tuple(stops)
 
 
 def stop_token_ids(body: dict[str, Any]) -> frozenset[int]:
@@ -122,13 +123,25 @@ def sampling(body: dict[str, Any], max_tokens: int | None) -> tuple[int, float |
         raise SimError(f"n must be at least 1, got {n}.")
     if max_tokens is not None and max_tokens < 1:
         raise SimError(f"max_tokens must be at least 1, got {max_tokens}.")
-    temperature = body.get("temperature")
-    if temperature is not None:
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-            raise SimError("`temperature` must be a number")
-        if temperature < 0:
-            raise SimError(f"temperature must be non-negative, got {temperature}.")
+    for key in ("presence_penalty", "frequency_penalty"):  # _verify_args, in its order
+        penalty = number_field(body, key)
+        if penalty is not None and not -2 <= penalty <= 2:
+            raise SimError(f"{key} must be in [-2, 2], got {penalty}.")
+    temperature = number_field(body, "temperature")
+    if temperature is not None and temperature < 0:
+        raise SimError(f"temperature must be non-negative, got {temperature}.")
+    top_p = number_field(body, "top_p")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise SimError(f"top_p must be in (0, 1], got {top_p}.")
     return n, temperature, int_field(body, "seed", None)
+
+
+def number_field(body: dict[str, Any], key: str) -> float | None:
+    """An optional number field (bools are not numbers here)."""
+    value = body.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise SimError(f"`{key}` must be a number")
+    return value
 
 
 def token_limit(settings: SimulatorSettings, prompt_len: int, max_tokens: int | None) -> int:

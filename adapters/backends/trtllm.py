@@ -129,6 +129,13 @@ class TrtllmBackend(openai.OpenAIBackend):
         """The route's own declared extras: ChatCompletionRequest's or CompletionRequest's."""
         return self.EXTRAS if req.messages is not None else self.COMPLETIONS_EXTRAS
 
+    def stream_options(self, req: canonical.InferenceRequest) -> dict[str, Any]:
+        """trtllm-serve's StreamOptions declares `continuous_usage_stats` (openai_protocol.py)
+        and postprocess_handlers.py puts the worker's counts on every chunk with it, as vLLM."""
+        if req.continuous_usage:
+            return {"include_usage": True, "continuous_usage_stats": True}
+        return {"include_usage": True}
+
     def health_path(self) -> str:
         return "/health"  # openai_server.py: 200, or 503 while the LLM is unavailable
 

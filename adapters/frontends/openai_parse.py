@@ -70,7 +70,10 @@ def _common(raw: wire.CommonRequest) -> canonical.InferenceRequest:
         f["logit_bias"], f["truncate_prompt_tokens"], None, f["skip_special_tokens"])
     if "" in s.stop:  # vLLM sampling_params.py _verify_args
         raise errors.InvalidRequest("`stop` cannot contain an empty string", field="stop")
-    if options is not None and not f["stream"]:
+    # vLLM protocol.py validate_stream_options: `if data.get("stream_options") and not
+    # data.get("stream")`, so an empty object passes
+    if options is not None and (options.model_fields_set or options.model_extra) \
+            and not f["stream"]:
         raise errors.InvalidRequest(
             "`stream_options` is only allowed when `stream` is true", field="stream_options"
         )
@@ -78,8 +81,8 @@ def _common(raw: wire.CommonRequest) -> canonical.InferenceRequest:
         model=f["model"],
         sampling=s,
         stream=bool(f["stream"]),
-        include_usage=bool(options and options.include_usage),
-        continuous_usage=bool(options and options.include_usage
+        include_usage=bool(f["stream"] and options and options.include_usage),
+        continuous_usage=bool(f["stream"] and options and options.include_usage
                               and options.continuous_usage_stats),
         prompt_logprobs=f["prompt_logprobs"],
         token_ids=bool(f["return_token_ids"]),

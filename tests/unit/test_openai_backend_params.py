@@ -233,20 +233,48 @@ def test_build_after_check_walks_the_table_once_and_logs_each_drop_once(
     assert walks == [first, first, other]
 
 
-def test_continuous_usage_is_asked_of_vllm_only() -> None:
-    """vLLM serving_chat.py / serving_completion.py: `stream_options.continuous_usage_stats`
-    (with include_usage) puts usage on every chunk; OpenAI's StreamOptions has no such field,
-    so a plain OpenAI server or trtllm-serve is asked for the final usage alone."""
+def test_continuous_usage_is_asked_of_vllm_and_trtllm() -> None:
+    """vLLM serving_chat.py / serving_completion.py and trtllm-serve postprocess_handlers.py
+    (chat_stream_post_processor: `include_usage and stream_option.continuous_usage_stats`) put
+    usage on every chunk with `stream_options.continuous_usage_stats`; both declare it in
+    StreamOptions (vLLM protocol.py, trtllm-serve openai_protocol.py). OpenAI's StreamOptions
+    has no such field, so a plain OpenAI server is asked for the final usage alone."""
     asked = chat(stream=True, stream_options={"include_usage": True,
                                                "continuous_usage_stats": True})
     assert asked.continuous_usage
-    assert body_of("vllm", asked)["stream_options"] == {"include_usage": True,
-                                                        "continuous_usage_stats": True}
-    for kind in ("openai", "trtllm"):
-        assert body_of(kind, asked)["stream_options"] == {"include_usage": True}
-    plain = chat(stream=True, stream_options={"continuous_usage_stats": True})
-    assert not plain.continuous_usage  # without include_usage vLLM adds none either
-    assert body_of("vllm", plain)["stream_options"] == {"include_usage": True}
+    for kind in ("vllm", "trtllm"):
+        assert body_of(kind, asked)["stream_options"] == {"include_usage": True,
+                                                          "continuous_usage_stats": True}
+    assert body_of("openai", asked)["stream_options"] == {"include_usage": True}
+    off = chat(stream=True, stream_options={"include_usage": False,
+                                             "continuous_usage_stats": True})
+    assert not off.include_usage and not off.continuous_usage
+    assert body_of("vllm", off)["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.parametrize(("options", "usage", "continuous"), [
+    ({}, True, False),
+    ({"continuous_usage_stats": True}, True, True),
+    ({"include_usage": None}, False, False),
+    ({"include_usage": False}, False, False),
+])
+def test_stream_options_default_to_usage_as_the_workers_do(
+        options: dict[str, Any], usage: bool, continuous: bool) -> None:
+    """vLLM protocol.py and trtllm-serve openai_protocol.py: `StreamOptions.include_usage`
+    defaults to true, so `stream_options: {}` (or only `continuous_usage_stats`) is a usage
+    chunk there (vLLM should_include_usage, trtllm chat_stream_post_processor); an explicit
+    null is falsy in both."""
+    req = chat(stream=True, stream_options=options)
+    assert (req.include_usage, req.continuous_usage) == (usage, continuous)
+
+
+def test_empty_stream_options_without_stream_pass_as_in_vllm() -> None:
+    """vLLM protocol.py validate_stream_options: `if data.get("stream_options") and not
+    data.get("stream")`: an empty object is falsy and passes; a non-empty one is refused."""
+    assert not chat(stream_options={}).include_usage
+    with pytest.raises(errors.InvalidRequest) as info:
+        chat(stream_options={"include_usage": True})
+    assert info.value.field == "stream_options"
 
 
 def test_max_tokens_zero_only_with_echo() -> None:

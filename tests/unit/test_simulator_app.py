@@ -266,6 +266,16 @@ def test_empty_stream_options_without_stream_pass_vllms_falsy_check(app: Any) ->
             "max_tokens must be at least 1, got 0.",
         ),
         ("/v1/chat/completions", chat(temperature=-1), "temperature must be non-negative, got -1."),
+        # vLLM sampling_params.py SamplingParams._verify_args: the ranges and the empty stop
+        ("/v1/chat/completions", chat(top_p=0), "top_p must be in (0, 1], got 0."),
+        ("/v1/completions", {"prompt": "x", "top_p": 1.5}, "top_p must be in (0, 1], got 1.5."),
+        ("/v1/chat/completions", chat(presence_penalty=3),
+         "presence_penalty must be in [-2, 2], got 3."),
+        ("/v1/chat/completions", chat(frequency_penalty=-2.5),
+         "frequency_penalty must be in [-2, 2], got -2.5."),
+        ("/v1/chat/completions", chat(stop=""), "stop cannot contain an empty string."),
+        ("/v1/completions", {"prompt": "x", "stop": ["a", ""]},
+         "stop cannot contain an empty string."),
         (
             "/v1/chat/completions",
             chat(top_logprobs=2),
