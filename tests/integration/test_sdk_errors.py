@@ -200,3 +200,18 @@ def test_tgi_clients_see_a_refused_key_and_an_unknown_path_as_http_errors(url: s
     with pytest.raises(tg.errors.NotFoundError, match="/generate/x"):
         tg.Client(url + "/generate/x", headers={"authorization": f"Bearer {KEY}"},
                   timeout=20).generate("hi")
+
+
+def test_openai_rate_limit_from_a_busy_worker(oa: openai.OpenAI) -> None:
+    """A worker's own 429 (its rate limit, TGI's `overloaded`) with no other worker free: a
+    429 that openai-python raises as RateLimitError, with OpenAI's rate-limit `code`
+    ("rate_limit_exceeded", as the OpenAI API answers a 429) and type, as the gateway's own
+    limit answers: not a `server_error` whose code says a worker is unavailable."""
+    for call in (lambda: oa.chat.completions.create(
+                     model="demo", messages=[{"role": "user", "content": "[[sim fail=429]]"}]),
+                 lambda: oa.completions.create(model="demo", prompt="[[sim fail=429]]",
+                                               stream=True)):
+        with pytest.raises(openai.RateLimitError) as busy:
+            call()
+        assert (busy.value.code, busy.value.type) == ("rate_limit_exceeded", "rate_limit_error")
+        assert "Simulated failure" in busy.value.message
