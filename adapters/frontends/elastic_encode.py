@@ -310,6 +310,13 @@ def generic(exc: errors.GatewayError) -> bool:
     return note is not None and note.generic
 
 
+def es_status(exc: errors.GatewayError) -> int:
+    """A worker that did not answer in time is Elasticsearch's inference timeout: 408 "Request
+    timed out after [..]" (x-pack inference RequestTask), which elastic-transport does not
+    retry; a 504 it sends again up to three times, each a generation on the worker."""
+    return 408 if isinstance(exc, errors.UpstreamTimeout) else exc.status
+
+
 def status_name(status: int) -> str:
     if status in _STATUS_NAMES:
         return _STATUS_NAMES[status]
@@ -324,7 +331,7 @@ def unified_error(exc: errors.GatewayError, mid_stream: bool = False) -> dict[st
     name and `param` null, so toXContentChunked leaves it out (fromThrowable); a failure after
     the stream began is `stream_error`, as the OpenAI service's mid-stream errors are
     (buildMidStreamError)."""
-    code = "stream_error" if mid_stream else status_name(exc.status)
+    code = "stream_error" if mid_stream else status_name(es_status(exc))
     return {"error": {"code": code, "message": exc.message, "type": es_type(exc)}}
 
 
@@ -332,7 +339,7 @@ def es_error(exc: errors.GatewayError) -> dict[str, Any]:
     """ElasticsearchException.generateFailureXContent with detailed errors on: root_cause, type,
     reason, then the HTTP status (ServerSentEventsRestActionListenerTests shows the bytes)."""
     cause = {"type": es_type(exc), "reason": exc.message}
-    return {"error": {"root_cause": [cause], **cause}, "status": exc.status}
+    return {"error": {"root_cause": [cause], **cause}, "status": es_status(exc)}
 
 
 def _headers(exc: errors.GatewayError) -> dict[str, str]:
@@ -352,7 +359,7 @@ def render_json_error(exc: errors.GatewayError) -> base.Rendered:
         body = orjson.dumps({"error": exc.message, "status": exc.status})
     else:
         body = orjson.dumps(es_error(exc))
-    return base.Rendered(exc.status, body, JSON_MEDIA_TYPE, _headers(exc))
+    return base.Rendered(es_status(exc), body, JSON_MEDIA_TYPE, _headers(exc))
 
 
 def _no_handler(exc: errors.NoRoute) -> base.Rendered:
@@ -374,7 +381,7 @@ def render_unified_json_error(exc: errors.GatewayError) -> base.Rendered:
     REST layer and those outside the unified wrapper keep ES's generic JSON form."""
     if rest_layer(exc) or generic(exc):
         return render_json_error(exc)
-    return base.Rendered(exc.status, orjson.dumps(unified_error(exc)), JSON_MEDIA_TYPE,
+    return base.Rendered(es_status(exc), orjson.dumps(unified_error(exc)), JSON_MEDIA_TYPE,
                          _headers(exc))
 
 
@@ -386,5 +393,5 @@ def render_stream_error(exc: errors.GatewayError, framing: Framing,
     if rest_layer(exc):
         return render_json_error(exc)
     payload = unified_error(exc) if unified and not generic(exc) else es_error(exc)
-    return base.Rendered(exc.status, event(b"error", orjson.dumps(payload), framing),
+    return base.Rendered(es_status(exc), event(b"error", orjson.dumps(payload), framing),
                          SSE_MEDIA_TYPE, _headers(exc))

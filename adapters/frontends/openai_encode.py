@@ -365,8 +365,10 @@ _ERROR_TYPES: dict[type[errors.GatewayError], tuple[str, str | None]] = {
 
 
 def error_object(exc: errors.GatewayError) -> dict[str, Any]:
-    """`{"error": {"message", "type", "param", "code"}}` for any gateway error."""
-    kind, code = next(_ERROR_TYPES[c] for c in type(exc).__mro__ if c in _ERROR_TYPES)
+    """`{"error": {"message", "type", "param", "code"}}` for any gateway error; every 429 (the
+    gateway's limit, or the workers' own) has OpenAI's rate-limit code."""
+    cls = errors.Overloaded if exc.status == 429 else type(exc)
+    kind, code = next(_ERROR_TYPES[c] for c in cls.__mro__ if c in _ERROR_TYPES)
     return {"error": {"message": exc.message, "type": kind, "param": exc.field, "code": code}}
 
 

@@ -171,3 +171,47 @@ def test_a_dead_worker_in_every_client(url: str, oa: openai.OpenAI) -> None:
         Elasticsearch(url, api_key="wrong", max_retries=0).inference.completion(
             inference_id="demo", input="x")
     assert denied.value.message == "security_exception"
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # text-generation's pydantic `.dict()`
+def test_tgi_clients_see_a_refused_key_and_an_unknown_path_as_http_errors(url: str) -> None:
+    """TGI answers a wrong API key (server.rs: the `auth` middleware's bare
+    StatusCode::UNAUTHORIZED) and a path no route takes (axum's fallback) with an empty body,
+    no ErrorResponse, so huggingface_hub's raise_text_generation_error finds no `error_type`
+    and raises its HfHubHTTPError, whose response gives the status. An `error_type` it does not
+    know would make that an UnknownError with no status. text-generation 0.7.0 parse_error
+    reads `error` (it fails on an empty body) and then the status: UnknownError for 401,
+    NotFoundError for 404."""
+    import text_generation as tg  # installed by the test command (--no-deps)
+
+    for client in (InferenceClient(base_url=url, api_key="wrong", timeout=20),
+                   InferenceClient(model=url + "/generate/x", api_key=KEY, timeout=20)):
+        for stream in (False, True):
+            with pytest.raises(hf_errors.HfHubHTTPError) as refused:
+                list(client.text_generation("hello", max_new_tokens=2, stream=stream))
+            assert not isinstance(refused.value, hf_errors.TextGenerationError)
+            assert refused.value.response is not None
+            status = refused.value.response.status_code
+            assert status in (401, 404)
+            assert ("a valid API key is required" if status == 401 else "/generate/x") \
+                in str(refused.value)
+    with pytest.raises(tg.errors.UnknownError, match="a valid API key is required"):
+        tg.Client(url, headers={"authorization": "Bearer wrong"}, timeout=20).generate("hi")
+    with pytest.raises(tg.errors.NotFoundError, match="/generate/x"):
+        tg.Client(url + "/generate/x", headers={"authorization": f"Bearer {KEY}"},
+                  timeout=20).generate("hi")
+
+
+def test_openai_rate_limit_from_a_busy_worker(oa: openai.OpenAI) -> None:
+    """A worker's own 429 (its rate limit, TGI's `overloaded`) with no other worker free: a
+    429 that openai-python raises as RateLimitError, with OpenAI's rate-limit `code`
+    ("rate_limit_exceeded", as the OpenAI API answers a 429) and type, as the gateway's own
+    limit answers: not a `server_error` whose code says a worker is unavailable."""
+    for call in (lambda: oa.chat.completions.create(
+                     model="demo", messages=[{"role": "user", "content": "[[sim fail=429]]"}]),
+                 lambda: oa.completions.create(model="demo", prompt="[[sim fail=429]]",
+                                               stream=True)):
+        with pytest.raises(openai.RateLimitError) as busy:
+            call()
+        assert (busy.value.code, busy.value.type) == ("rate_limit_exceeded", "rate_limit_error")
+        assert "Simulated failure" in busy.value.message
