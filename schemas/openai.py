@@ -38,7 +38,10 @@ class ToolCall(_Open):
 
 
 class ChatMessage(_Open):
-    role: Literal["system", "user", "assistant", "tool", "developer", "function"]
+    # Any role, as vLLM (CustomChatCompletionMessageParam), TGI (lib.rs `Message.role: String`)
+    # and Elasticsearch take it: Llama 3.1's `ipython` tool results, say; the worker's chat
+    # template decides what a role means.
+    role: str
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None

@@ -291,7 +291,7 @@ def test_max_tokens_zero_only_with_echo() -> None:
 @pytest.mark.parametrize(("fields", "param"), [
     ({"stop": 5}, "stop"),
     ({"tool_choice": {"type": "function"}}, "tool_choice"),
-    ({"messages": [{"role": "bogus", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": 5, "content": "x"}]}, "messages[0].role"),
 ])
 def test_a_refused_field_is_named_as_the_body_names_it(fields: dict[str, Any],
                                                        param: str) -> None:
@@ -301,3 +301,14 @@ def test_a_refused_field_is_named_as_the_body_names_it(fields: dict[str, Any],
         chat(**fields)
     assert info.value.field == param
     assert info.value.message.startswith(f"`{param}`: ")
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "tgi"])
+def test_any_role_reaches_the_worker_as_vllm_and_tgi_take_it(kind: str) -> None:
+    """vLLM chat_utils.py `CustomChatCompletionMessageParam` (`role: Required[str]`) and TGI
+    router lib.rs `Message { role: String }` take any role (Llama 3.1's `ipython` carries tool
+    results); the worker's chat template decides what it means."""
+    msgs = [{"role": "user", "content": "Hi"}, {"role": "ipython", "content": "42"}]
+    sent = body_of(kind, chat(messages=msgs))["messages"]
+    assert [m["role"] for m in sent] == ["user", "ipython"]
+    assert sent[1]["content"] == "42"
