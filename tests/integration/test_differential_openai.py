@@ -21,7 +21,6 @@ Where they differ on purpose (and the normaliser or the cases leave it out):
 | `temperature` > 2 | accepted (vLLM/trtllm check only >= 0) | 400 | OpenAI's range; tests/unit/test_tgi_params.py::test_named_models_stay_plain_openai |
 | `messages: []` | answered (vLLM has no minimum) | 400 | OpenAI requires at least one message (schemas/openai.py `min_length=1`) |
 | unknown field (kind `openai`) | the fake (trtllm) 400 | dropped with a log line | a plain OpenAI server's extras are unknown (tests/unit/test_openai_backend_params.py) |
-| a role outside OpenAI's | accepted (vLLM CustomChatCompletionMessageParam `role: str`) | 400 naming `messages[i].role` | the canonical roles every back end renders; not changed here |
 | `"n": "2"` (a numeric string) | simulator 400 | coerced, as real vLLM's pydantic does | the simulator is stricter than vLLM (its int_field); not the gateway's fault |
 | streamed echo `text_offset` | vLLM advances offsets by the generated text only (`previous_text_lens[i] += len(output.text)`, serving_completion.py), so chunks after the echo chunk do not count the prompt | counts the prompt, as the text the client holds | not fixed yet: the gateway needs the echoed prompt's length per choice |
 | echo with logprobs | vLLM also fills `choices[].prompt_logprobs` | only when `prompt_logprobs` was asked | vLLM sets prompt logprobs internally for echo; a side effect, not a request |
@@ -150,6 +149,7 @@ CASES: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
         {"type": "text", "text": "hi"}, {"type": "text", "text": "there"}]}]), ALL),
     ("system", CHAT, _chat(messages=[{"role": "system", "content": "be nice"}, *USER]), ALL),
     ("prefill", CHAT, _chat(messages=[*USER, {"role": "assistant", "content": "Sure"}]), ALL),
+    ("ipython_role", CHAT, _chat(messages=[*USER, {"role": "ipython", "content": "42"}]), ALL),
     ("tool_messages", CHAT, _chat(messages=TOOL_MSGS), ALL),
     ("tools_auto", CHAT, _chat(max_tokens=30, tools=TOOLS), ALL),
     ("tools_auto_stream", CHAT, _chat(max_tokens=30, tools=TOOLS, stream=True), ALL),
