@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import typing
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from gateway import cli, config
 
@@ -300,6 +303,28 @@ def test_the_readmes_config_sample_is_valid(tmp_path: Path) -> None:
     sample = write(tmp_path, readme[start:readme.index("```", start)])
     cfg = config.load_config(sample, {})
     assert cfg.models[0].name == "llama" and cfg.server.failover_attempts == 1
+
+
+def _keys(model: type[BaseModel]) -> set[str]:
+    """Every key of a config section and of the sections below it."""
+    found = set(model.model_fields)
+    for field in model.model_fields.values():
+        kinds = [field.annotation, *typing.get_args(field.annotation)]
+        for kind in kinds:
+            for inner in (kind, *typing.get_args(kind)):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    found |= _keys(inner)
+    return found
+
+
+def test_the_readmes_config_sample_names_every_key() -> None:
+    """A user learns the settings from the README's annotated config: each key the schema
+    takes (server.drain_seconds was missing) is there, as a key or in a comment."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("```yaml\nserver:") + len("```yaml\n")
+    sample = readme[start:readme.index("```", start)]
+    missing = sorted(k for k in _keys(config.Config) if not re.search(rf"\b{k}\b", sample))
+    assert missing == []
 
 
 def test_check_config_reports_unreadable_files_with_the_schemas_problems(
