@@ -377,6 +377,9 @@ def _problem(err: Any, env: overrides.Applied) -> str:
     if err.get("type") == "extra_forbidden":
         msg = "unknown key"
     msg = msg.removeprefix("Value error, ")
-    text = f"{loc or '(top level)'}: {msg}"
     source = env.source(tuple(err.get("loc", ())))
+    if source and isinstance(err.get("input"), str) and not err["input"].strip(" ,"):
+        # an empty variable (a Secret that lost its key) is no value, never the default
+        msg = "the variable is empty: give a value, or unset it for the default"
+    text = f"{loc or '(top level)'}: {msg}"
     return f"{text} (set by {source})" if source else text

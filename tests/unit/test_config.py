@@ -547,8 +547,22 @@ def test_a_list_of_upstreams_from_the_environment_may_be_comma_separated() -> No
 def test_an_empty_api_keys_variable_is_an_error_never_an_open_gateway(value: str) -> None:
     """A Secret that lost its key sets the variable empty: read as no keys, every route would
     be open; it is a config error naming the variable instead."""
-    with pytest.raises(config.ConfigError, match="GATEWAY_SERVER__API_KEYS|api_keys"):
+    with pytest.raises(config.ConfigError) as err:
         config.load_config(None, {"GATEWAY_SERVER__API_KEYS": value})
+    assert err.value.problems == ["server.api_keys: the variable is empty: give a value, or "
+                                  "unset it for the default (set by GATEWAY_SERVER__API_KEYS)"]
+
+
+@pytest.mark.parametrize("name", ["GATEWAY_SERVER__PORT", "GATEWAY_SERVER__TIMEOUTS__IDLE",
+                                  "GATEWAY_MODELS__0__UPSTREAMS"])
+def test_an_empty_variable_is_named_as_empty(name: str) -> None:
+    """`GATEWAY_SERVER__PORT=` read as pydantic's "unable to parse string as an integer" or
+    "Input should be a valid tuple": the operator is told the variable is empty instead."""
+    with pytest.raises(config.ConfigError) as err:
+        config.load_config(None, {name: ""})
+    (problem,) = err.value.problems
+    assert "the variable is empty: give a value, or unset it for the default" in problem
+    assert problem.endswith(f"(set by {name})")
 
 
 def test_a_managed_worker_gets_time_to_load_a_large_model(tmp_path: Path) -> None:
