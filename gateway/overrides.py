@@ -46,8 +46,8 @@ def apply(raw: dict[str, Any], environ: Mapping[str, str], model: type[BaseModel
     """Merge every variable that names a setting of `model` into `raw`, in name order."""
     done = Applied()
     for key in sorted(environ):
-        if not key.startswith(PREFIX):
-            continue
+        if not key.upper().startswith(PREFIX):  # `gateway_server__port` too, as
+            continue  # pydantic-settings reads names (case_sensitive=False by default)
         path = key[len(PREFIX):].lower().split("__")
         target, why = _resolve(path, model, raw)
         if target is None:

@@ -575,3 +575,12 @@ def test_a_managed_worker_gets_time_to_load_a_large_model(tmp_path: Path) -> Non
     worker = config.load_config(path, {}).workers[0]
     assert worker.startup_timeout >= 15 * 60
     assert worker.restart == "always"
+
+
+def test_a_variable_in_lower_case_applies_as_in_upper_case() -> None:
+    """Names are read without regard to case, as pydantic-settings does by default
+    (`case_sensitive=False`): `gateway_server__port=9000` was ignored without a word."""
+    assert config.load_config(None, {"gateway_server__port": "9000"}).server.port == 9000
+    with pytest.raises(config.ConfigError) as err:
+        config.load_config(None, {"Gateway_Server__Port": "x"})
+    assert err.value.problems[0].endswith("(set by Gateway_Server__Port)")
