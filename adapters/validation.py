@@ -58,9 +58,11 @@ def _dotted(loc: tuple[int | str, ...] | Any) -> str:
 
 
 # Names pydantic gives union members in an error's `loc`: a type (`str`, `list[str]`,
-# `literal['auto']`, `function-after[...]`) or a model class (`NamedToolChoice`).
+# `literal['auto']`, `function-after[...]`, a bounded `constrained-int`) or a model class
+# (`NamedToolChoice`).
 _TYPE_NAMES = frozenset(("str", "int", "float", "bool", "bytes", "dict", "list", "none"))
 
 
 def _union_member(part: str) -> bool:
-    return part in _TYPE_NAMES or "[" in part or part[:1].isupper()
+    return (part in _TYPE_NAMES or "[" in part or part[:1].isupper()
+            or part.startswith("constrained-"))

@@ -336,3 +336,12 @@ def test_a_worker_without_token_ids_still_serves_details_and_streams() -> None:
 def test_greedy_helper_matches_seed_note() -> None:
     assert lmi_params.greedy(wire.GenerationParameters())
     assert not lmi_params.greedy(wire.GenerationParameters(do_sample=True))
+
+
+def test_a_seed_past_a_long_names_the_field_not_the_union_member() -> None:
+    """`seed` is an int or a numeric text (DJL: `int(seed)`); an int past 2^63-1 was reported
+    as `parameters.seed.constrained-int`, pydantic's name for the bounded member."""
+    with pytest.raises(errors.InvalidRequest) as info:
+        parse(inputs(seed=2**64 - 1))
+    assert info.value.field == "parameters.seed"
+    assert info.value.message.startswith("`parameters.seed`: Input should be less than or equal")
