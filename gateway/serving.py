@@ -1,12 +1,11 @@
 """One client request, end to end, as a plain ASGI endpoint per client protocol.
 
-Body (bounded in size and time) -> frontend.parse -> route -> backend.check -> pipeline.open
--> headers only once the first events are in -> one send per upstream read -> terminator.
+Body (bounded in size and time, decompressed) -> frontend.parse -> route -> backend.check ->
+pipeline.open -> headers once the first events are in -> one send per upstream read -> end.
 Every failure is rendered by the calling protocol's frontend: as a whole error response
 before the first byte, in-band after it. A client that disconnects cancels the exchange, which
-closes the upstream connection at once; so does a shutdown whose drain time ran out, which the
-client is told of as a 503 or in-band.
-"""
+closes the upstream connection at once; so does a shutdown whose drain time ran out (the
+client is told: a 503 or in-band)."""
 
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ from adapters import base, registry
 from gateway import (
     admission,
     config,
+    content_encoding,
     deadline,
     exchange,
     folding,
@@ -90,6 +90,8 @@ class ProtocolEndpoint:
             admitted = True
             body = client.ready_body(self.max_body) or \
                 await read_body(client.receive, headers, s.config.server)
+            if "content-encoding" in headers:
+                body = content_encoding.decoded(body, headers["content-encoding"], self.max_body)
             ctx = base.RequestContext(client.path, client.path_params, headers,
                                       s.router.options)
             answerer = translator = self.frontend.parse(body, ctx)
