@@ -188,6 +188,13 @@ class TritonBackend:
             # TensorRT-LLM would sample with the client's runtime_top_k / runtime_top_p.
             body["top_k"] = 1
             body.pop("top_p", None)
+        elif "top_k" not in body and "top_p" not in body:
+            # Sampling, as the client's protocol means it unsaid (OpenAI: temperature 1, top_p
+            # 1): TensorRT-LLM decodes greedily when neither runtime_top_k nor runtime_top_p is
+            # set, so top_p 1 is sent, as Triton's own OpenAI front end sends its default
+            # (server python/openai/openai_frontend: schemas/openai.py top_p = 1,
+            # engine/utils/triton.py _create_trtllm_inference_request).
+            body["top_p"] = 1.0
         kind = "generate_stream" if req.stream else "generate"
         url = f"{target.base_url.rstrip('/')}/v2/models/{quote(target.model, safe='')}/{kind}"
         return base.UpstreamRequest("POST", url, orjson.dumps(body),

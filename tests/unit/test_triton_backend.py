@@ -21,6 +21,8 @@ from schemas import triton as wire
 TEMPLATE = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant]"
 TARGET = base.Target("http://w:8000/", "ensemble", {"name": "llama", "chat_template": TEMPLATE})
 BACKEND = triton.TritonBackend()
+# What a request that leaves sampling to its protocol's default is sent (below)
+SAMPLES = {"top_p": 1.0}
 
 
 def chat(**fields: Any) -> canonical.InferenceRequest:
@@ -84,25 +86,57 @@ def test_tgi_clients_as_many_as_fit_gets_the_unlimited_default() -> None:
     # greedy whatever top_k / top_p say (the ensemble maps them to runtime_top_k / _top_p,
     # which would sample), as vLLM decodes at temperature 0
     ({"temperature": 0, "top_k": 40, "top_p": 0.9}, {"top_k": 1}),
-    ({"temperature": 0.7}, {"temperature": 0.7}),
-    ({"top_k": -1}, {}),
+    ({"temperature": 0.7}, {"temperature": 0.7, **SAMPLES}),
+    ({"top_k": -1}, SAMPLES),
     ({"top_k": 5, "top_p": 0.9, "seed": 3}, {"top_k": 5, "top_p": 0.9, "seed": 3}),
-    ({"stop": "\n"}, {"stop_words": ["\n"]}),
+    ({"stop": "\n"}, {"stop_words": ["\n"], **SAMPLES}),
     # `seed` is TYPE_UINT64 (ensemble/config.pbtxt), which Triton reads with AsUInt
     # (server src/http_server.cc ReadDataFromJsonHelper): a client's negative 64-bit seed
     # (OpenAI's and vLLM's range) goes as its u64 bits, as to TGI (`seed: Option<u64>`)
-    ({"seed": -1}, {"seed": 2**64 - 1}),
-    ({"min_tokens": 2, "repetition_penalty": 1.1}, {"min_tokens": 2, "repetition_penalty": 1.1}),
+    ({"seed": -1}, {"seed": 2**64 - 1, **SAMPLES}),
+    ({"min_tokens": 2, "repetition_penalty": 1.1},
+     {"min_tokens": 2, "repetition_penalty": 1.1, **SAMPLES}),
     ({"presence_penalty": 0.5, "frequency_penalty": 0.2},
-     {"presence_penalty": 0.5, "frequency_penalty": 0.2}),
-    ({"response_format": {"type": "json_object"}}, {"guided_decoding_guide_type": "json"}),
-    ({"bad_words": ["darn"], "end_id": 2}, {"bad_words": ["darn"], "end_id": 2}),
+     {"presence_penalty": 0.5, "frequency_penalty": 0.2, **SAMPLES}),
+    ({"response_format": {"type": "json_object"}},
+     {"guided_decoding_guide_type": "json", **SAMPLES}),
+    ({"bad_words": ["darn"], "end_id": 2}, {"bad_words": ["darn"], "end_id": 2, **SAMPLES}),
 ])
 def test_sampling_is_mapped_onto_the_ensemble_inputs(fields: dict[str, Any],
                                                      expected: dict[str, Any]) -> None:
     body = sent(completion(**fields))
     extra = {k: v for k, v in body.items() if k not in wire.GATEWAY_INPUTS}
     assert extra == expected
+
+
+@pytest.mark.parametrize("req", [
+    completion(), chat(), completion(temperature=1.3), chat(stream=True),
+    tgi_frontend.TgiFrontend("generate").parse(
+        b'{"inputs": "Hi", "parameters": {"do_sample": true}}', base.RequestContext()).request,
+])
+def test_a_request_that_samples_by_default_is_sent_top_p_1(req: canonical.InferenceRequest
+                                                           ) -> None:
+    """OpenAI samples unless told otherwise (temperature 1, top_p 1); TensorRT-LLM decodes
+    greedily when neither runtime_top_k nor runtime_top_p is set (tensorrt_llm
+    sampling_params.py `_greedy_decoding`: top_k None or 1 and top_p None or 0, whatever the
+    temperature), so such a request was answered greedily. Triton's own OpenAI front end sends
+    its schema's `top_p` 1 (server python/openai/openai_frontend/schemas/openai.py,
+    engine/utils/triton.py `_create_trtllm_inference_request`); so does the gateway."""
+    body = sent(req)
+    assert body["top_p"] == 1.0 and "top_k" not in body
+
+
+@pytest.mark.parametrize(("req", "bounds"), [
+    (completion(temperature=0), {"top_k": 1}),
+    (completion(top_p=0.5), {"top_p": 0.5}),
+    (completion(top_k=3), {"top_k": 3}),
+    (tgi_frontend.TgiFrontend("generate").parse(b'{"inputs": "Hi", "parameters": {}}',
+                                                base.RequestContext()).request, {"top_k": 1}),
+])
+def test_greedy_or_the_clients_own_bounds_are_sent_as_they_are(
+        req: canonical.InferenceRequest, bounds: dict[str, Any]) -> None:
+    body = sent(req)
+    assert {k: body[k] for k in ("top_k", "top_p") if k in body} == bounds
 
 
 @pytest.mark.parametrize(("fields", "field"), [
