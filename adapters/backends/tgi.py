@@ -194,8 +194,12 @@ CHAT: dict[str, params.Rule] = {
     "top_p": _open_unit("top_p"),
     "top_k": Refuse("TGI's chat API has no `top_k`"),
     "typical_p": Refuse("TGI's chat API has no `typical_p`", noop=1.0),
-    "repetition_penalty": Refuse("TGI's chat API sets it from `presence_penalty`", noop=1.0),
-    "presence_penalty": Send("presence_penalty"),
+    # lib.rs try_into_generate: `repetition_penalty = presence_penalty + 2.0`, so TGI's chat
+    # API takes a (multiplicative) repetition penalty under that name, and has no additive
+    # presence penalty (OpenAI's and vLLM's meaning). Rounded: r - 2 + 2 gives back r exactly.
+    "repetition_penalty": Translate(lambda r: {"presence_penalty": round(r - 2.0, 9)}),
+    "presence_penalty": Refuse("TGI's chat API reads `presence_penalty` as a repetition "
+                               "penalty (presence_penalty + 2)", noop=0.0),
     "do_sample": Translate(lambda v: {} if v else {"temperature": 0.0}),
     "n": _capable("n", "chat", Own("n"), "TGI's chat API answers one choice"),
     "best_of": _capable("n", "chat", Own("n"), "TGI's chat API has no best_of", noop=1),

@@ -77,8 +77,11 @@ def chat_request(data: dict[str, Any]) -> canonical.InferenceRequest:
         raise
     if "temperature" in wide:
         req.sampling.temperature = float(wide["temperature"])
-    if "presence_penalty" in wide:
-        req.sampling.presence_penalty = float(wide["presence_penalty"])
+    s = req.sampling
+    presence = float(wide["presence_penalty"]) if "presence_penalty" in wide \
+        else s.presence_penalty
+    if presence is not None:  # TGI's meaning (try_into_generate), not OpenAI's additive one
+        s.repetition_penalty, s.presence_penalty = presence + 2.0, None
     req.model = None
     return req
 

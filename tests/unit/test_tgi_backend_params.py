@@ -131,12 +131,24 @@ def test_generate_refusals_name_the_field(fields: dict[str, Any], field: str,
 
 def test_chat_goes_to_tgis_messages_api_as_model_tgi() -> None:
     """lib.rs try_into_generate: any model name but "tgi" is taken as a LoRA adapter id."""
-    up, body = built(chat(stream=True, temperature=0, top_p=1.0, presence_penalty=0.5,
+    up, body = built(chat(stream=True, temperature=0, top_p=1.0, repetition_penalty=1.3,
                           logprobs=True, top_logprobs=2, stop="."))
     assert up.url == "http://tgi:8080/v1/chat/completions" and up.streaming
     assert body == {"model": "tgi", "messages": [{"role": "user", "content": "Hi"}],
-                    "temperature": 0, "presence_penalty": 0.5, "stop": ["."], "logprobs": True,
+                    "temperature": 0, "presence_penalty": -0.7, "stop": ["."], "logprobs": True,
                     "top_logprobs": 2, "stream": True, "stream_options": {"include_usage": True}}
+
+
+def test_an_additive_presence_penalty_is_refused_by_tgis_chat() -> None:
+    """lib.rs try_into_generate reads `presence_penalty` as `repetition_penalty = p + 2.0`:
+    OpenAI's presence_penalty 0.5 (additive, as vLLM applies it) would reach TGI as a
+    repetition penalty of 2.5. A clear 400 instead (SPEC: never a silently other answer);
+    0, OpenAI's "no penalty", is taken and left out."""
+    with pytest.raises(errors.Unsupported) as exc:
+        BACKEND.check(chat(presence_penalty=0.5))
+    assert exc.value.field == "presence_penalty"
+    _, body = built(chat(presence_penalty=0))
+    assert "presence_penalty" not in body and "repetition_penalty" not in body
 
 
 @pytest.mark.parametrize("fields", [{"temperature": 0}, {"temperature": 0.0}])
@@ -168,7 +180,7 @@ def test_chat_tools_and_messages_in_tgis_shapes() -> None:
 @pytest.mark.parametrize(("fields", "field"), [
     ({"top_k": 5}, "top_k"), ({"n": 2}, "n"), ({"return_token_ids": True}, "token_ids"),
     ({"prompt_logprobs": 1}, "prompt_logprobs"), ({"reasoning_effort": "low"}, "reasoning_effort"),
-    ({"repetition_penalty": 1.3}, "repetition_penalty"), ({"min_tokens": 3}, "min_tokens"),
+    ({"min_tokens": 3}, "min_tokens"),
 ])
 def test_chat_refusals_name_the_field(fields: dict[str, Any], field: str) -> None:
     with pytest.raises(errors.Unsupported) as exc:

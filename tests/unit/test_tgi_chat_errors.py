@@ -21,11 +21,15 @@ import orjson
 import pytest
 import respx
 
+from adapters import base
+from adapters.backends import tgi as tgi_backend
+from adapters.backends import vllm
 from adapters.frontends import tgi_chat, tgi_encode
 from schemas import errors
 from tests.unit.test_pipeline_respx import call
 
 MSG = [{"role": "user", "content": "What is Deep Learning?"}]
+TARGET = base.Target("http://worker:8000", "org/m")
 CHAT = r"http://up[12]:8000/v1/chat/completions"
 
 
@@ -55,7 +59,22 @@ def test_what_tgi_takes_beyond_openais_ranges_is_taken() -> None:
     """validation.rs has no upper bound on temperature, and presence_penalty 3 is a
     repetition_penalty of 5; temperature 0 is greedy (try_into_generate)."""
     req = tgi_chat.chat_request({"messages": MSG, "temperature": 2.5, "presence_penalty": 3})
-    assert (req.sampling.temperature, req.sampling.presence_penalty) == (2.5, 3.0)
+    assert (req.sampling.temperature, req.sampling.repetition_penalty) == (2.5, 5.0)
+    assert req.sampling.presence_penalty is None
+
+
+@pytest.mark.parametrize("presence", [-1.5, 0, 0.1, 0.5, 2])
+def test_a_tgi_clients_presence_penalty_is_tgis_repetition_penalty(presence: float) -> None:
+    """TGI's chat API means `repetition_penalty = presence_penalty + 2.0` (lib.rs
+    try_into_generate): a TGI client's presence_penalty is that repetition penalty to every
+    worker (vLLM's `repetition_penalty`, the same multiplicative penalty), and exactly its own
+    value again to a TGI worker's chat API."""
+    req = tgi_chat.chat_request({"messages": MSG, "presence_penalty": presence})
+    assert req.sampling.repetition_penalty == presence + 2.0
+    assert req.sampling.presence_penalty is None
+    assert vllm.VllmBackend().build(req, TARGET).body.count(b'"repetition_penalty":') == 1
+    body = orjson.loads(tgi_backend.TgiBackend().build(req, TARGET).body)
+    assert body["presence_penalty"] == presence and "repetition_penalty" not in body
     assert tgi_chat.chat_request({"messages": MSG, "temperature": 0}).sampling.temperature == 0
 
 
