@@ -10,11 +10,15 @@ the choice ends with "stop" (has_tool_call is set only by the tool parser's bran
 
 from __future__ import annotations
 
+import httpx
 import orjson
+import pytest
 
 from adapters import registry
 from schemas import canonical
 from schemas import events as ev
+from tests.fakes import trtllm_fake
+from tests.fakes import trtllm_shapes as shapes
 from tests.unit.test_openai_backend_params import chat
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
@@ -54,3 +58,17 @@ def test_a_named_tool_calls_repeated_name_is_one_name() -> None:
     done = canonical.Completion.fold(events)
     [call] = done.choices[0].tool_calls
     assert (call.name, call.arguments) == ("get_weather", '{"city": "Paris"}')
+
+
+@pytest.mark.anyio
+async def test_the_fake_cuts_a_failed_stream_as_trtllm_serve_does() -> None:
+    """trtllm-serve's chat_stream_generator (openai_server.py) logs and re-raises a failure:
+    the connection is cut, with no error event and no `[DONE]` (the gateway's side of that,
+    a stream ended before `[DONE]`, is OpenAIDecoder.on_end). The fake raises where the
+    simulator would write vLLM's error event; httpx's ASGITransport hands that on."""
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=trtllm_fake.app()),
+                                 base_url="http://t") as client:
+        with pytest.raises(shapes.StreamCut):
+            await client.post("/v1/chat/completions", json={
+                "model": "m", "stream": True, "max_tokens": 8,
+                "messages": [{"role": "user", "content": "Hi [[sim error_after=2]]"}]})
