@@ -173,6 +173,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
         self._done = False
         self._choices = choices
         self._ended: set[Any] = set()  # the choices whose finish came
+        self._names: dict[tuple[int, int], str] = {}  # each streamed tool call's name
 
     def on_done(self) -> None:
         self._done = True
@@ -220,9 +221,23 @@ class OpenAIDecoder(decoder.FramedDecoder):
             for t in calls:
                 fn = t.get("function") or {}
                 index = t.get("index", 0) if delta is not None else len(out)
-                out.append(ev.ToolCallDelta(i, index, t.get("id"), fn.get("name"),
+                name = fn.get("name")
+                if name is not None and delta is not None:
+                    name = self._first_name(i, index, name, t.get("id"))
+                out.append(ev.ToolCallDelta(i, index, t.get("id"), name,
                                             arguments(fn.get("arguments"))))
         self._end(c, i, out)
+
+    def _first_name(self, choice: int, index: int, name: str, call_id: Any) -> str | None:
+        """A call's name once: trtllm-serve repeats a named `tool_choice`'s name on every
+        fragment, with no `id` (postprocess_handlers.py chat_stream_post_processor), where
+        OpenAI and vLLM send it with the first only; a client adding the deltas up would
+        read it once per fragment."""
+        key = (choice, index)
+        if not call_id and self._names.get(key) == name:
+            return None
+        self._names[key] = name
+        return name
 
     def _extras(self, m: dict[str, Any], i: int, out: list[ev.Event]) -> None:
         """Role and reasoning (vLLM < 0.12 `reasoning_content`, later `reasoning`)."""

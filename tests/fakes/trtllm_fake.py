@@ -1,10 +1,12 @@
 """A trtllm-serve fake: the simulator's model behind trtllm-serve's own request rules and bytes.
 
 From NVIDIA/TensorRT-LLM tensorrt_llm/serve/openai_protocol.py and openai_server.py
-(wire-formats.md section 6.1): requests are `extra="forbid"` (an unknown field is a 400 with
-the flat `{"object":"error",...}` body), `model` is required, `stream_options` needs `stream`;
-stream chunks are `model_dump_json(exclude_none=True)`, the first written `data: {...} \\n\\n`
-(a space before the blank line); there is no `return_token_ids`, so no token ids come back.
+(wire-formats.md section 6.1): requests are `extra="forbid"` (an unknown field is FastAPI's
+RequestValidationError, which openai_server.py answers 400 `{"error": "<its text>"}`), `model`
+is required, `stream_options` needs `stream`. The answers are the simulator's, rewritten into
+trtllm-serve's bytes by tests/fakes/trtllm_shapes.py (its chunk and body shapes, a cut
+connection for a failed stream, the flat error body); there is no `return_token_ids`, so no
+token ids come back.
 
 The model's chat template is `TEMPLATE` (TinyLlama-1.1B-Chat's Zephyr turns, `</s>` written
 out, the BOS from `bos_token`). A completions prompt that is a chat rendered with it plus the
@@ -25,6 +27,7 @@ from typing import Any
 import orjson
 
 from simulator import server, settings
+from tests.fakes import trtllm_shapes as shapes
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -78,20 +81,12 @@ def continued_chat(body: dict[str, Any]) -> dict[str, Any] | None:
             "add_generation_prompt": False}
 
 
-def _drop_none(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _drop_none(x) for k, x in v.items() if x is not None}
-    if isinstance(v, list):
-        return [_drop_none(x) for x in v]
-    return v
-
-
 def _invalid(data: dict[str, Any]) -> str:
     """The request classes' `mode="before"` validators (openai_protocol.py): stream options
     only with a stream, `top_logprobs` only with `logprobs`, no `suffix`, a `reasoning_effort`
     of its type; "" when none fails."""
     if data.get("stream_options") is not None and not data.get("stream"):
-        return "stream_options can only be set if stream is true"
+        return "Stream options can only be defined when stream is true."
     if data.get("top_logprobs") is not None and not data.get("logprobs"):
         return "logprobs must be true when using top_logprobs"
     if data.get("suffix"):
@@ -100,6 +95,20 @@ def _invalid(data: dict[str, Any]) -> str:
     if effort is not None and effort not in REASONING_EFFORTS:
         return f"reasoning_effort: Input should be 'low', 'medium' or 'high' (given {effort!r})"
     return ""
+
+
+def _errors(data: dict[str, Any], allowed: set[str]) -> list[dict[str, Any]]:
+    """pydantic's error dicts for the body, as FastAPI collects them (no `url`)."""
+    out: list[dict[str, Any]] = [
+        {"type": "extra_forbidden", "loc": ("body", name), "msg": "Extra inputs are not permitted",
+         "input": data[name]} for name in sorted(set(data) - allowed)]
+    if "model" not in data:
+        out.append({"type": "missing", "loc": ("body", "model"), "msg": "Field required",
+                    "input": data})
+    if not out and (message := _invalid(data)):
+        out.append({"type": "value_error", "loc": ("body",), "msg": f"Value error, {message}",
+                    "input": data, "ctx": {"error": ValueError(message)}})
+    return out
 
 
 def _guides(data: dict[str, Any]) -> dict[str, Any]:
@@ -115,13 +124,9 @@ def _guides(data: dict[str, Any]) -> dict[str, Any]:
     return {**rest, "structured_outputs": {key[kind][0]: fmt.get(key[kind][1])}}
 
 
-def _error(message: str) -> bytes:
-    return orjson.dumps({"object": "error", "message": message, "type": "BadRequestError",
-                         "param": None, "code": 400})
-
-
 class TrtllmFake:
-    """ASGI: check the request as trtllm-serve would, answer with its byte habits."""
+    """ASGI: check the request as trtllm-serve would, answer with its byte habits
+    (tests/fakes/trtllm_shapes.py)."""
 
     def __init__(self) -> None:
         self.sim = server.build_app(settings.SimulatorSettings())
@@ -137,23 +142,28 @@ class TrtllmFake:
             if not m.get("more_body"):
                 break
         data = orjson.loads(body)
-        allowed = ALLOWED_CHAT if scope["path"] == "/v1/chat/completions" else ALLOWED_COMPLETIONS
-        bad = sorted(set(data) - allowed)
-        message = (f"1 validation error: {bad[0]}: Extra inputs are not permitted" if bad
-                   else "model: Field required" if "model" not in data
-                   else _invalid(data))
-        if message:
+        path = scope["path"]
+        allowed = ALLOWED_CHAT if path == "/v1/chat/completions" else ALLOWED_COMPLETIONS
+        if errors := _errors(data, allowed):
             await send({"type": "http.response.start", "status": 400,
                         "headers": [(b"content-type", b"application/json")]})
-            await send({"type": "http.response.body", "body": _error(message)})
+            await send({"type": "http.response.body",
+                        "body": shapes.validation_error(errors, path)})
             return None
         if (guided := _guides(data)) is not data:
             data, body = guided, orjson.dumps(guided)
-        chat = continued_chat(data) if scope["path"] == "/v1/completions" else None
+        chat = continued_chat(data) if path == "/v1/completions" else None
         if chat is not None:
             body = orjson.dumps(chat)
             scope = {**scope, "path": "/v1/chat/completions",
                      "raw_path": b"/v1/chat/completions"}
+        await self.sim(scope, self._replay(body, receive),
+                       self._rewrite(send, path, data, chat is not None))
+        return None
+
+    @staticmethod
+    def _replay(body: bytes, receive: Callable[[], Awaitable[Message]]
+                ) -> Callable[[], Awaitable[Message]]:
         sent = False
 
         async def replay() -> Message:
@@ -162,32 +172,50 @@ class TrtllmFake:
                 return await receive()
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
-
-        first = [True]
-
-        async def rewrite(m: Message) -> None:
-            if m["type"] == "http.response.body" and m.get("body", b"").startswith(b"data: {"):
-                m = dict(m)
-                m["body"] = b"".join(self._event(e, first, chat is not None) for e in
-                                     m["body"].split(b"\n\n") if e)
-            await send(m)
-
-        await self.sim(scope, replay, rewrite)
-        return None
+        return replay
 
     @staticmethod
-    def _event(event: bytes, first: list[bool], as_completion: bool = False) -> bytes:
-        if not event.startswith(b"data: {"):
-            return event + b"\n\n"
-        obj = _drop_none(orjson.loads(event[6:]))
-        if as_completion:  # CompletionStreamResponse: `text` where a chat chunk has `delta`
-            obj["object"] = "text_completion"
-            obj["id"] = "cmpl-" + obj["id"].removeprefix("chatcmpl-")
-            for c in obj["choices"]:
-                c["text"] = c.pop("delta", {}).get("content") or ""
-        space = b" " if first[0] else b""
-        first[0] = False
-        return b"data: " + orjson.dumps(obj) + space + b"\n\n"
+    def _rewrite(send: Callable[[Message], Awaitable[None]], path: str, data: dict[str, Any],
+                 from_chat: bool) -> Callable[[Message], Awaitable[None]]:
+        """The simulator's answer as trtllm-serve writes it; its in-band error cuts the
+        connection instead, as trtllm-serve's re-raising stream generator does."""
+        chat = path == "/v1/chat/completions"
+        choice = data.get("tool_choice")
+        named = choice["function"]["name"] if isinstance(choice, dict) else None
+        held: list[Message] = []  # a JSON answer's start, sent with its new length
+
+        async def rewrite(m: Message) -> None:
+            if m["type"] == "http.response.start" and not _is_sse(m):
+                held.append(m)
+                return
+            body = m.get("body", b"")
+            if m["type"] != "http.response.body" or not body:
+                return await send(m)
+            if held:
+                start = held.pop()
+                if start["status"] != 200:
+                    body = shapes.flat_error(body)
+                else:
+                    obj = orjson.loads(body)
+                    body = orjson.dumps(shapes.chat_body(obj, named) if chat
+                                        else shapes.completion_body(obj, from_chat))
+                headers = [(k, v) for k, v in start["headers"] if k != b"content-length"]
+                await send({**start, "headers": [*headers, (b"content-length",
+                                                             str(len(body)).encode())]})
+                return await send({**m, "body": body})
+            try:
+                body = shapes.stream(body, chat, named, from_chat)
+            except shapes.StreamCut as cut:
+                await send({"type": "http.response.body", "body": cut.args[0],
+                            "more_body": True})
+                raise
+            await send({**m, "body": body})
+        return rewrite
+
+
+def _is_sse(start: Message) -> bool:
+    return any(k == b"content-type" and v.startswith(b"text/event-stream")
+               for k, v in start["headers"])
 
 
 def app() -> TrtllmFake:

@@ -73,7 +73,12 @@ def whole(status: int, body: bytes) -> dict[str, Any]:
                                "stop_reason": c.get("stop_reason"),
                                "token_ids": c.get("token_ids") or None}
         if "message" in c:
-            m = _present(c["message"])
+            # trtllm-serve writes `reasoning_content: ""` without a reasoning parser and
+            # `content: ""` beside tool calls (postprocess_handlers.py
+            # chat_response_post_processor), where OpenAI's form is null: the same answer
+            m = {k: v for k, v in _present(c["message"]).items()
+                 if not (v == "" and (k.startswith("reasoning")
+                                      or (k == "content" and c["message"].get("tool_calls"))))}
             out["message_keys"] = sorted(m)
             out["content"] = m.get("content")
             out["reasoning"] = m.get("reasoning_content", m.get("reasoning"))

@@ -14,7 +14,7 @@ Where they differ on purpose (and the normaliser or the cases leave it out):
 | What | Worker | Gateway | Why |
 |---|---|---|---|
 | error body | vLLM `type` "BadRequestError", `code` 400, `param` null; trtllm flat or a string | OpenAI's object: `invalid_request_error`, `code` a string, `param` the field | SPEC "Bad input": the OpenAI error object naming the field (openai-python ErrorObject) |
-| null and empty keys | vLLM writes every optional key (`refusal`, `tool_calls: []`, `service_tier`, ...), trtllm none | only the keys OpenAI's types carry | one OpenAI shape whatever the worker (schemas/openai.py response models) |
+| null and empty keys | vLLM writes every optional key (`refusal`, `tool_calls: []`, `service_tier`, ...), trtllm on bodies and completions chunks (and `reasoning_content: ""`) | only the keys OpenAI's types carry | one OpenAI shape whatever the worker (schemas/openai.py response models) |
 | usage key order | vLLM UsageInfo: prompt, total, completion | OpenAI's: prompt, completion, total | SPEC "Usage keys in the order the seed for that protocol shows" |
 | finish chunk | vLLM / trtllm put `finish_reason` on the last token's chunk | a chunk of its own, `delta: {}` | events are kept apart (STYLE 2: Finish is its own event); both valid to openai-python |
 | `usage: null` on chunks | absent (vLLM `exclude_unset`, trtllm `exclude_none`) | on every chunk when `include_usage` | OpenAI api-reference: "All other chunks will also include a usage field, but with a null value" |
