@@ -105,6 +105,25 @@ for _spec in _STATUS:
     _BY_SEGMENT.setdefault(_spec.path.split("/")[1], _spec.errors)
 
 
+# Request headers a protocol's server copies onto every answer it gives (a protocol module's
+# ECHOED_HEADERS, if any: Elasticsearch's X-Opaque-Id), by the frontend that answers them.
+_ECHOED: dict[Callable[[], base.Frontend], tuple[str, ...]] = {
+    make: m.ECHOED_HEADERS for m in _FRONTENDS if getattr(m, "ECHOED_HEADERS", ())
+    for make in (*(r.frontend for r in m.ROUTES), *(r.errors for r in m.STATUS_ROUTES))}
+
+
+def echoed(frontend: Callable[[], base.Frontend] | None) -> tuple[str, ...]:
+    """The request headers the answers of `frontend`'s protocol carry back."""
+    return _ECHOED.get(frontend, ()) if frontend is not None else ()
+
+
+# The same for each status route: those of its own protocol and of each that claims its path.
+STATUS_ECHOED: dict[str, tuple[str, ...]] = {
+    r.path: tuple(dict.fromkeys(h for c in _ALL_STATUS if c.path == r.path
+                                for h in echoed(c.errors)))
+    for r in _STATUS}
+
+
 def errors_for(path: str) -> Callable[[], base.Frontend] | None:
     """The frontend whose error body answers a request for `path` that no route takes (a
     method its route does not take, or a path under a protocol's prefix); None for a path

@@ -33,6 +33,7 @@ from gateway import (
     resolver,
     routing,
     serving,
+    status_routes,
     supervisor,
     tracing,
     upstream,
@@ -99,8 +100,9 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
         Route(path, serving.ProtocolEndpoint(make(), services, path), methods=["POST"])
         for path, make in registry.INFERENCE_ROUTES]
     routes += [
-        Route(path, serving.StatusEndpoint(answer, services, version.version(), started,
-                                           registry.STATUS_ERRORS[path]().render_error),
+        Route(path, status_routes.StatusEndpoint(answer, services, version.version(), started,
+                                                 registry.STATUS_ERRORS[path]().render_error,
+                                                 registry.STATUS_ECHOED[path]),
               methods=["GET"])
         for path, answer in registry.STATUS_ROUTES]
     async def metrics_route(scope: Scope, receive: Receive, send: Send) -> None:
@@ -133,6 +135,9 @@ async def no_route(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     extra = dict(exc.headers or {})  # a 405's Allow
     rid = extra["x-request-id"] = request.headers.get("x-request-id") or http_cycle.new_id()
+    for name in registry.echoed(registry.errors_for(request.url.path)):  # X-Opaque-Id
+        if name in request.headers:
+            extra[name] = request.headers[name]
     x = exchange.Exchange(rid, request.url.path, time.perf_counter())
     try:  # its one line (SPEC.md), as an endpoint's: a client's base URL one letter off
         return _no_route(request, exc, extra, x)

@@ -45,3 +45,4 @@ class Exchange:
     response_id: str = ""
     finish_reasons: list[str] = field(default_factory=list)
     watch: Watcher | None = None
+    echoed: tuple[tuple[bytes, bytes], ...] = ()  # request headers every answer carries back

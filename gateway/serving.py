@@ -67,6 +67,7 @@ class ProtocolEndpoint:
         self.services = services
         self.route = route  # the route's template: the metrics' and spans' `http.route`
         self.max_body = services.config.server.max_request_bytes  # read once
+        self.echoed = registry.echoed(type(frontend))  # the protocol's, e.g. X-Opaque-Id
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.serve(peer.AsgiPeer(scope, receive, send))
@@ -78,6 +79,8 @@ class ProtocolEndpoint:
         x = Exchange(rid, client.path, time.perf_counter())
         x.route, s = self.route, self.services  # a store: a keyword argument builds a dict
         x.watch = x.note.observer = telemetry.Watch(s.tracing, headers, self.route)
+        if self.echoed:
+            x.echoed = echoes(self.echoed, headers)
         admitted = False
         # Who renders an error: the frontend until the body parsed, then that request's
         # translator (which knows the request's schema and framing).
@@ -230,7 +233,7 @@ class ProtocolEndpoint:
         x.error = logged(exc)
         x.error_type = x.error_type or telemetry.error_type(exc)
         if x.outcome == "ok":
-            x.outcome = "client_error" if _callers(exc) else "error"
+            x.outcome = "client_error" if callers(exc) else "error"
         if x.head_sent:
             return
         out = answerer.render_error(exc)
@@ -249,11 +252,19 @@ def _start(status: int, media_type: str, extra: dict[str, str], x: Exchange) -> 
             (b"x-request-id", x.request_id.encode("latin-1"))]
     if extra:
         hdrs += [(k.encode(), v.encode()) for k, v in extra.items()]
+    if x.echoed:
+        hdrs += x.echoed
     x.status, x.head_sent = status, True
     return {"type": "http.response.start", "status": status, "headers": hdrs}
 
 
-def _callers(exc: errors.GatewayError) -> bool:
+def echoes(names: tuple[str, ...], headers: dict[str, str]) -> tuple[tuple[bytes, bytes], ...]:
+    """Each of `names` the request carries, as the client sent it (latin-1, gateway.http_cycle),
+    for its answer to carry back (registry.echoed)."""
+    return tuple((n.encode(), headers[n].encode("latin-1")) for n in names if n in headers)
+
+
+def callers(exc: errors.GatewayError) -> bool:
     """The request's own fault: the gateway refused it, or the worker did with a 4xx (its
     `max_tokens` past the context, say), which the client gets as a 4xx too."""
     return isinstance(exc, errors.RequestError) or (
@@ -333,68 +344,3 @@ def check_key(keys: tuple[bytes, ...], headers: dict[str, str]) -> None:
         found |= hmac.compare_digest(given[1], key)
     if not found:
         raise errors.Unauthorized("a valid API key is required")
-
-
-class StatusEndpoint:
-    """An ASGI app answering a status route (health, model list, info) from a snapshot."""
-
-    def __init__(self, answer: base.StatusRoute, services: Services, version: str, started: int,
-                 render_error: Callable[[errors.GatewayError], base.Rendered]):
-        self.answer = answer
-        self.render_error = render_error  # the route's protocol's error body
-        self.services = services
-        self.version = version
-        self.started = started
-
-    def view(self) -> base.GatewayView:
-        s = self.services
-        models = tuple(
-            base.ModelView(r.name, r.config.aliases, r.upstream_model, bool(r.upstreams.in_rotation()),
-                           r.options)
-            for r in s.router.routes.values())
-        default = s.router.default
-        return base.GatewayView(
-            models, next((m for m in models if default and m.name == default.name), None),
-            self.version, self.started, s.config.server.max_concurrent_requests,
-            s.config.server.max_request_bytes)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.serve(peer.AsgiPeer(scope, receive, send))
-
-    async def serve(self, client: peer.Peer) -> None:
-        headers = client.headers
-        rid = headers.get("x-request-id") or new_id()  # every answer has one (SPEC.md)
-        # and one log line, as vLLM's access log has one for each probe and scrape
-        x = Exchange(rid, client.path, time.perf_counter())
-        ctx = base.RequestContext(client.path, client.path_params, headers,
-                                  self.services.router.options)
-        try:
-            if _guarded(client.path):
-                check_key(self.services.keys, headers)
-            out = self.answer(self.view(), ctx)
-        except errors.GatewayError as exc:
-            out = self.render_error(exc)
-            if isinstance(exc, errors.Unauthorized):
-                out = unauthorized(out)
-            x.outcome = "client_error" if _callers(exc) else "error"
-            x.error, x.error_type = logged(exc), telemetry.error_type(exc)
-        except Exception as exc:  # a bug: logged, answered cleanly
-            observability.log_bug(rid, exc)
-            out = self.render_error(errors.GatewayError("internal gateway error"))
-            x.outcome, x.error_type = "bug", type(exc).__name__
-        x.status = out.status
-        # no media type: no content-type at all (TGI's healthy /health is `()`)
-        hdrs = [(b"content-type", out.media_type.encode())] if out.media_type else []
-        hdrs += [(k.encode(), v.encode()) for k, v in out.headers.items()]
-        hdrs.append((b"x-request-id", rid.encode("latin-1")))
-        try:
-            await client.send({"type": "http.response.start", "status": out.status,
-                               "headers": hdrs})
-            await client.send({"type": "http.response.body", "body": out.body})
-        finally:
-            observability.log_exchange(x)
-
-
-def _guarded(path: str) -> bool:
-    """Health checks and metrics stay open when API keys are set (SPEC.md, server.api_keys)."""
-    return path not in registry.OPEN_STATUS_ROUTES and path != "/metrics"

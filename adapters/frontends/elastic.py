@@ -350,6 +350,11 @@ def _message(m: wire.Message) -> canonical.Message:
                              tool_call_id=m.tool_call_id)
 
 
+# Request headers Elasticsearch copies onto every answer, errors included: the X-Opaque-Id its
+# clients send (elasticsearch-py `opaque_id`) to find a request in their logs (server
+# DefaultRestChannel.sendResponse). The gateway does so on every route below (registry.echoed).
+ECHOED_HEADERS = ("x-opaque-id",)
+
 # Elasticsearch's inference API (x-pack inference rest/Paths.java); `{id}` is a model name.
 ROUTES = (
     base.InferenceRoute("/_inference/{id}", ElasticInferenceFrontend),

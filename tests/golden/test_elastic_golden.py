@@ -189,7 +189,7 @@ _GETS = [
 
 def _get(path: str, headers: Mapping[str, str]) -> base.Rendered:
     """The registry's status route for `path`, as Starlette matches it (first match in order),
-    with its refusals rendered by the route's error frontend, as serving.StatusEndpoint does."""
+    with its refusals rendered by the route's error frontend, as status_routes.StatusEndpoint does."""
     for pattern, answer in registry.STATUS_ROUTES:
         regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern).replace("*", r"\*")
         if pattern.startswith("/_inference") and (m := re.fullmatch(regex, path)):
