@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Match, Route
@@ -125,7 +126,7 @@ def build_app(cfg: config.Config, client_factory: ClientFactory = http1_client,
                     exception_handlers={404: no_route, 405: no_route})
     app.router.redirect_slashes = False  # no_route redirects, without the client's Host
     app.state.services = services
-    return FastPaths(app, routes, lifespan)
+    return FastPaths(app, routes, lifespan, cfg.server.cors)
 
 
 async def no_route(request: Request, exc: Exception) -> Response:
@@ -215,9 +216,21 @@ class FastPaths:
     shutdown, for that server."""
 
     def __init__(self, app: Starlette, routes: list[BaseRoute],
-                 lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]):
+                 lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]],
+                 cors: config.CorsConfig | None = None):
+        """`cors`: server.cors; on the ASGI path Starlette's CORSMiddleware answers with it
+        around every route (the gateway's own server: gateway.cors, held to the same answers)."""
         self.starlette = app
         self._lifespan = lifespan
+        self._entry: ASGIApp = self.dispatch
+        if cors is not None and cors.enabled:
+            self._entry = CORSMiddleware(
+                self.dispatch, allow_origins=cors.allow_origins,
+                allow_methods=cors.allow_methods, allow_headers=cors.allow_headers,
+                allow_credentials=cors.allow_credentials,
+                allow_origin_regex=cors.allow_origin_regex,
+                allow_private_network=cors.allow_private_network,
+                expose_headers=cors.expose_headers, max_age=cors.max_age)
         self.exact: dict[tuple[str, str], ASGIApp] = {}
         self.native: dict[tuple[str, str], Callable[[Any], Awaitable[None]]] = {}
         for r in routes:
@@ -253,6 +266,11 @@ class FastPaths:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._entry(scope, receive, send)
+
+    async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app without CORS: what the gateway's own server calls (it answers CORS itself,
+        gateway.cors)."""
         if scope["type"] == "http":
             endpoint = self.exact.get((scope["method"], scope["path"]))
             if endpoint is not None:

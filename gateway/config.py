@@ -27,9 +27,10 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from adapters import registry
-from gateway import overrides, references
+from gateway import cors_settings, overrides, references
 
 ENV_PREFIX = overrides.PREFIX
+CorsConfig = cors_settings.CorsConfig
 
 
 def _base_url(url: str) -> str:
@@ -121,6 +122,7 @@ class ServerConfig(_Frozen):
     # OpenTelemetry spans (the `otel` extra): auto = when OTEL_TRACES_EXPORTER or an
     # OTEL_EXPORTER_OTLP_*ENDPOINT variable asks for an exporter (gateway/tracing.py).
     tracing: Literal["auto", "on", "off"] = "auto"
+    cors: cors_settings.CorsConfig = cors_settings.CorsConfig()  # browsers (gateway/cors.py)
 
     @field_validator("workers", mode="before")
     @classmethod

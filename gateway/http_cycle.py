@@ -110,9 +110,9 @@ class Cycle:
     (`gateway.peer.Peer`: path, headers, receive, send, on_disconnect)."""
 
     __slots__ = ("_lost_hook", "_waiter", "body", "body_done", "body_size", "chunked", "conn",
-                 "delivered", "done", "head", "head_pending", "headers", "http_version",
-                 "keep_alive", "lost", "method", "path", "path_params", "query", "raw_headers",
-                 "raw_path", "relaying", "started", "status", "wants_continue")
+                 "cors_head", "delivered", "done", "head", "head_pending", "headers",
+                 "http_version", "keep_alive", "lost", "method", "path", "path_params", "query",
+                 "raw_headers", "raw_path", "relaying", "started", "status", "wants_continue")
 
     def __init__(self, conn: Link, method: str, raw_path: bytes, query: bytes,
                  raw_headers: list[tuple[bytes, bytes]], http_version: str, keep_alive: bool):
@@ -144,6 +144,7 @@ class Cycle:
         # the head is out, the body goes in chunks and the client is here: `write_body`'s
         # middle chunks take the short way (one per chunk of a stream)
         self.relaying = False
+        self.cors_head = b""  # CORS header lines of the answer (gateway.cors), set by the server
 
     # ---------------------------------------------------------------- request side
 
@@ -297,6 +298,9 @@ class Cycle:
                     self.keep_alive = False
                 continue  # written below, once
             parts += (name, b": ", value, b"\r\n")
+        # the gateway's answers carry no CORS field and no Vary of their own: these lines are
+        # what Starlette's CORSMiddleware would set or merge into them
+        parts.append(self.cors_head)
         if not framed and self.status not in (204, 304) and self.status >= 200:
             if length is not None:
                 parts.append(b"content-length: %d\r\n" % length)

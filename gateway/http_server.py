@@ -32,7 +32,7 @@ from typing import Any, Protocol, cast
 
 import httptools
 
-from gateway import deadline, observability
+from gateway import cors, deadline, observability
 from gateway.http_cycle import Cycle, new_id, plain_response, routing_path
 
 Message = MutableMapping[str, Any]
@@ -70,6 +70,7 @@ class Host(Protocol):
     head_timeout: float
     keep_alive_timeout: float
     draining: bool
+    cors: cors.Policy | None  # server.cors; None: off
 
     async def app(self, scope: Message, receive: Any, send: Any) -> None: ...
 
@@ -268,6 +269,8 @@ class Connection(asyncio.Protocol):
 
     async def _serve(self, cycle: Cycle) -> None:
         try:
+            if (policy := self.server.cors) is not None and policy.preflight_of(cycle):
+                return await cors.answer_preflight(policy, cycle)  # before any route or key
             endpoint = self.server.native.get((cycle.method, cycle.path))
             if endpoint is None and (found := self.server.match(
                     cycle.method, routing_path(cycle.raw_path, cycle.path))):

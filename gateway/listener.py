@@ -19,7 +19,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
-from gateway import config, http_server, observability
+from gateway import config, cors, http_server, observability
 
 BACKLOG = 2048
 CUT_GRACE = 1.0  # seconds for answers cut at the drain's end to write their error and close
@@ -36,6 +36,9 @@ class Servable(Protocol):
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None: ...
 
+    async def dispatch(self, scope: Scope, receive: Any, send: Any) -> None:
+        """The app without its CORS middleware (this server answers CORS: gateway.cors)."""
+
     def match(self, method: str, path: str) -> tuple[http_server.Endpoint,
                                                      dict[str, Any]] | None: ...
 
@@ -46,8 +49,9 @@ class Server:
     """The gateway's HTTP server for one process (`gateway.http_server` connections)."""
 
     def __init__(self, app: Servable, cfg: config.ServerConfig):
-        self.asgi: Asgi = app
+        self.asgi: Asgi = app.dispatch
         self.native = app.native
+        self.cors = cors.policy(cfg.cors)
         self.servable = app
         self.cfg = cfg
         self.head_timeout = cfg.timeouts.request_read

@@ -40,6 +40,7 @@ class Host:
         self.connections: set[http_server.Connection] = set()
         self.head_timeout = self.keep_alive_timeout = 30.0
         self.draining = False
+        self.cors = None
         self.seen: list[Cycle] = []
         self.native = {("POST", "/echo"): self.echo}
 
