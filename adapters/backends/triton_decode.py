@@ -41,12 +41,9 @@ def error_message(body: bytes) -> str:
     return str(obj)[:1000]
 
 
-def _count(obj: dict[str, Any]) -> int | None:
-    """Tokens in this response: `num_output_tokens`, else one `output_log_probs` value each
-    (written as a scalar when there is one, http_server.cc ExactMappingOutput)."""
-    n = obj.get("num_output_tokens")
-    if isinstance(n, int):
-        return n
+def _logprobs(obj: dict[str, Any]) -> int | None:
+    """How many `output_log_probs` values a response holds (one is written as a scalar,
+    http_server.cc ExactMappingOutput); None without them."""
     lps = obj.get("output_log_probs")
     if isinstance(lps, list):
         return len(lps)
@@ -70,6 +67,7 @@ class TritonDecoder(decoder.FramedDecoder):
         self._counted = True  # every response said how many tokens it held
         self._exact = True  # ... in `num_output_tokens`
         self._prompt: int | None = None
+        self._logprobs = 0  # `output_log_probs` values in the last response
         self._finished = False  # the limit was reached: the finish is out
 
     def on_end(self) -> list[ev.Event]:
@@ -98,8 +96,22 @@ class TritonDecoder(decoder.FramedDecoder):
             self._finished = True
             out.extend(self._end())
 
+    def _count(self, obj: dict[str, Any]) -> int | None:
+        """Tokens in this response: `num_output_tokens`, else by its `output_log_probs`. An
+        older ensemble streams those of the whole sequence so far (a recorded stream:
+        0.0, [0.0,0.0], [0.0,0.0,0.0], ... beside one word each), so a stream's response
+        counts what it holds beyond the one before; not more, its own length."""
+        n = obj.get("num_output_tokens")
+        if isinstance(n, int):
+            return n
+        lps = _logprobs(obj)
+        if lps is None or not self._streaming:
+            return lps
+        grown, self._logprobs = lps - self._logprobs, lps
+        return grown if grown > 0 else lps
+
     def _tally(self, obj: dict[str, Any]) -> None:
-        n = _count(obj)
+        n = self._count(obj)
         if n is None:
             self._counted = False
         else:

@@ -105,6 +105,30 @@ def test_without_counts_the_responses_are_counted_by_their_logprobs_and_no_usage
     assert not any(isinstance(e, ev.Usage) for e in events)
 
 
+def legacy(text: str, tokens_so_far: int) -> dict[str, Any]:
+    """A response of a 2024-era ensemble: the C++ tensorrtllm backend sent `output_log_probs`
+    of the whole sequence so far (zeros, unasked) and the postprocessing model passed dummy
+    logits; no `num_*_tokens` outputs (those came with TensorRT-LLM 0.17's config)."""
+    lps: Any = 0.0 if tokens_so_far == 1 else [0.0] * tokens_so_far
+    return {"context_logits": 0.0, "cum_log_probs": 0.0, "generation_logits": 0.0,
+            "model_name": "ensemble", "model_version": "1", "output_log_probs": lps,
+            "sequence_end": False, "sequence_id": 0, "sequence_start": False,
+            "text_output": text}
+
+
+def test_logprobs_of_the_sequence_so_far_count_each_response_once() -> None:
+    """A recorded ensemble stream (tutorial "llama3 on Triton + TensorRT-LLM", generate_stream
+    of "How do I count to nine in French?"): `text_output` is each response's new text while
+    `output_log_probs` grows by one per response (0.0, [0.0,0.0], [0.0,0.0,0.0], ...): the
+    count is its growth, not its length, or the limit is met early and the answer cut."""
+    words = ["**\n", "To", " count", " to", " nine"]
+    events = decode(sse(*(legacy(w, i + 1) for i, w in enumerate(words))), limit=6)
+    assert text_of(events) == "".join(words)
+    assert finish_of(events).reason == "eos"
+    assert finish_of(decode(sse(*(legacy(w, i + 1) for i, w in enumerate(words))),
+                            limit=5)).reason == "length"
+
+
 def test_whole_answers_are_one_object() -> None:
     body = orjson.dumps(resp(" The answer is 42.", n=5, prompt=4))
     assert decode(body, limit=5, stop=["."], streaming=False, keep=True) == [
