@@ -5,8 +5,23 @@ Bytes from the real code: triton-inference-server/server src/http_server.cc (`da
 response keys in std::map order with one-element tensors written as scalars; errors
 `{"error": "..."}`, in the stream after HTTP 200 or as the body with the status of
 HttpCodeFromError); the ensemble's inputs are validated with schemas/triton.py
-(ensemble/config.pbtxt), outputs as tensorrt_llm/1/model.py `convert_response` makes them
-(`num_output_tokens` per response, stop words kept in the text, as docs/llama.md shows).
+(ensemble/config.pbtxt). Two generations of outputs (`app(shape=...)`):
+
+- "current": TensorRT-LLM's ensemble/config.pbtxt routes the tensorrt_llm model's outputs to
+  the client, and that model (tensorrt_llm/1/model.py `convert_response`, the C++ backend's
+  `fillTritonResponse`) writes `cum_log_probs` / `output_log_probs` only when
+  `return_log_probs` asks, `num_input_tokens` / `num_output_tokens` (this response's tokens)
+  only when asked, `batch_index` / `sequence_index` only past one; with `model_name`,
+  `model_version` and the `sequence_*` parameters, as its guided-decoding doc example shows.
+- "legacy" (2024-era ensembles, their docs' recorded answers): always `context_logits`,
+  `cum_log_probs`, `generation_logits` as 0.0 and `output_log_probs` zeros of the whole
+  sequence so far (one more per streamed response), no `num_*_tokens` outputs (the gateway's
+  `return_num_*` keys are then request parameters the model ignores).
+
+Streamed `text_output` is each response's new text (the postprocessing model decodes the
+tokens of that response); a streamed answer never holds the prompt (tensorrt_llm/1/model.py
+subtracts the input only when not streaming), a whole one does unless `exclude_input_in_output`
+(its config default, false, here). Stop words are kept in the text, as docs/llama.md shows.
 
 The "model" answers a fixed script, word by word, whatever the prompt; directives in the prompt
 inject faults: `[[error_after=N]]` (an error event after N responses), `[[drop_after=N]]` (the
@@ -15,7 +30,8 @@ HTTP status S: a JSON body, or on a stream that error as its one SSE event).
 A prompt that ends with the script's first words is continued after them, as a model goes on
 from its own answer, clean of the stream faults (the continuation of a failed stream: the
 prompt, or the rendered chat, plus the text already sent).
-Run in-process (httpx.ASGITransport) or as a process: `python -m tests.fakes.triton_fake PORT`.
+Run in-process (httpx.ASGITransport) or as a process:
+`python -m tests.fakes.triton_fake PORT [current|legacy]`.
 """
 
 from __future__ import annotations
@@ -62,18 +78,29 @@ def tokens(req: wire.GenerateRequest, start: int = 0) -> list[str]:
     return out
 
 
-def response(req: wire.GenerateRequest, text: str, count: int) -> bytes:
-    """One model response, keys in byte order (http_server.cc FinalizeResponse: std::map)."""
+def response(req: wire.GenerateRequest, text: str, count: int, shape: str,
+             so_far: int | None = None) -> bytes:
+    """One model response, keys in byte order (http_server.cc FinalizeResponse: std::map);
+    `so_far`: the sequence's tokens up to this response (a legacy stream's log probs)."""
     fields: dict[str, Any] = {
-        "cum_log_probs": 0.0, "model_name": MODEL, "model_version": "1",
-        # one value per token, a scalar when there is one (http_server.cc ExactMappingOutput)
-        "output_log_probs": -0.5 if count == 1 else [-0.5] * count,
+        "model_name": MODEL, "model_version": "1",
         "sequence_end": False, "sequence_id": 0, "sequence_start": False, "text_output": text}
+    if shape == "legacy":
+        fields.update(context_logits=0.0, cum_log_probs=0.0, generation_logits=0.0,
+                      output_log_probs=_scalar([0.0] * (so_far or count)))
+        return orjson.dumps({k: fields[k] for k in sorted(fields)})
+    if req.return_log_probs:
+        fields.update(cum_log_probs=-0.5 * count, output_log_probs=_scalar([-0.5] * count))
     if req.return_num_input_tokens:
         fields["num_input_tokens"] = len(req.text_input.split())
     if req.return_num_output_tokens:
         fields["num_output_tokens"] = count
     return orjson.dumps({k: fields[k] for k in sorted(fields)})
+
+
+def _scalar(values: list[float]) -> float | list[float]:
+    """One element is written bare (http_server.cc ExactMappingOutput strips the array)."""
+    return values[0] if len(values) == 1 else values
 
 
 def _error(status: int, message: str) -> Response:
@@ -100,15 +127,22 @@ async def generate(request: Request) -> Response:
         return _error(status, "the model failed before inference")
     start = continued(req.text_input)
     toks = tokens(req, start)
+    shape = request.app.state.shape
     if not streaming or not req.stream:
-        body = response(req, "".join(toks), len(toks))
+        text, count = "".join(toks), len(toks)
+        if not req.exclude_input_in_output:  # the prompt's tokens come back first
+            text, count = req.text_input + text, count + len(req.text_input.split())
+        body = response(req, text, count, shape)
         if streaming:
             return _sse([b"data: " + body + b"\n\n"])
         return Response(body, media_type="application/json")
-    parts = [b"data: " + response(req, t, 1) + b"\n\n" for t in toks]
+    parts = [b"data: " + response(req, t, 1, shape, i + 1) + b"\n\n"
+             for i, t in enumerate(toks)]
     faults = "" if start else req.text_input
     if (n := _directive(faults, "error_after")) is not None:
-        parts = parts[:n] + [b'data: {"error":"Executor failed: injected fault"}\n\n']
+        # The C++ backend's error response (fillTritonResponse), the request's last.
+        parts = parts[:n] + [b'data: {"error":"Executor failed process requestId 1 due to '
+                             b'the following error: injected fault"}\n\n']
     drop = _directive(faults, "drop_after")
     return _sse(parts, drop)
 
@@ -126,17 +160,20 @@ async def ready(request: Request) -> Response:
     return Response(b"", 200)
 
 
-def app() -> Starlette:
+def app(shape: str = "current") -> Starlette:
+    """`shape`: "current" or "legacy" outputs (module docstring)."""
     a = Starlette(routes=[
         Route("/v2/models/{model}/generate", generate, methods=["POST"]),
         Route("/v2/models/{model}/generate_stream", generate, methods=["POST"]),
         Route("/v2/health/ready", ready, methods=["GET"]),
     ])
     a.state.requests = []
+    a.state.shape = shape
     return a
 
 
 if __name__ == "__main__":
     import uvicorn
 
-    uvicorn.run(app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    shape = sys.argv[2] if len(sys.argv) > 2 else "current"
+    uvicorn.run(app(shape), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")

@@ -219,3 +219,21 @@ def test_live_connection_cut_mid_stream_is_an_in_band_error(live: str) -> None:
     with pytest.raises(openai.APIError, match="broke off"):
         for _ in stream:
             pass
+
+
+@pytest.mark.anyio
+async def test_a_legacy_ensemble_stream_is_whole_up_to_the_limit() -> None:
+    """A 2024-era ensemble (triton_fake "legacy": its docs' recorded generate_stream answers)
+    returns no `num_output_tokens` and the `output_log_probs` of the whole sequence so far on
+    each response: the answer reaches `max_tokens` whole and ends as `length` there."""
+    fake = triton_fake.app("legacy")
+    async with hosts.serve(make_config(), {"triton": fake}) as gw:
+        stream = await sdk(gw).completions.create(model="llama", prompt="Q:", max_tokens=6,
+                                                  stream=True)
+        chunks = [c async for c in stream]
+        whole = await sdk(gw).completions.create(model="llama", prompt="Q:", max_tokens=6)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == "".join(
+        triton_fake.SCRIPT[:6])
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert whole.choices[0].text == "".join(triton_fake.SCRIPT[:6])
+    assert whole.choices[0].finish_reason == "length"
