@@ -158,12 +158,15 @@ Step = tuple[str, float | None, dict[str, float] | None]  # token, its logprob, 
 
 
 def _out_steps(toks: list[tokens.Token], k: int, as_ids: bool) -> list[Step]:
-    """Generated tokens; each top_logprobs dict holds k + 1 entries, sampled token first."""
+    """Generated tokens; each top_logprobs dict holds the sampled token first and, as it is
+    the most likely one, k entries in all (one for k = 0): _make_logprob_dict lists a sampled
+    token among the top k once, and _create_completion_logprobs keeps at most k + 1."""
+    n = max(k, 1)
     return [
         (
             t.shown(as_ids),
             t.logprob,
-            {f"token_id:{i}": lp for i, lp in t.top_ids(k + 1)} if as_ids else dict(t.top(k + 1)),
+            {f"token_id:{i}": lp for i, lp in t.top_ids(n)} if as_ids else dict(t.top(n)),
         )
         for t in toks
     ]

@@ -199,7 +199,7 @@ def test_completions_non_stream_with_token_prompt_and_logprobs(app: Any) -> None
     ]
     lp = choice["logprobs"]
     assert list(lp) == ["text_offset", "token_logprobs", "tokens", "top_logprobs"]
-    assert len(lp["tokens"]) == 2 and all(len(d) == 3 for d in lp["top_logprobs"])  # k + 1
+    assert len(lp["tokens"]) == 2 and all(len(d) == 2 for d in lp["top_logprobs"])  # k
     assert lp["text_offset"][1] == len(lp["tokens"][0]) and choice["finish_reason"] == "length"
     assert body["usage"] == {
         "prompt_tokens": 3,
@@ -501,3 +501,17 @@ def test_return_tokens_as_token_ids_names_every_logprob_token_by_id(app: Any) ->
     assert bytes(entry["bytes"]).decode() == chat_lp["message"]["content"]
     assert [bytes(a["bytes"]).decode() for a in entry["top_logprobs"]] == [
         a["token"] for a in entry["top_logprobs"]]
+
+
+@pytest.mark.parametrize(("k", "entries"), [(0, 1), (1, 1), (3, 3)])
+def test_completions_top_logprobs_hold_k_entries_when_the_sampled_token_is_among_them(
+        app: Any, k: int, entries: int) -> None:
+    """vLLM serving_completion.py `_create_completion_logprobs` keeps entries `i <= k` of a
+    step's dict, which v1/engine/logprobs.py `_make_logprob_dict` builds from the sampled token
+    and the top k by id, so a sampled token among the top k is listed once: k entries (1 for
+    k = 0); k + 1 only when it ranks below them. The simulator samples the most likely token."""
+    body = call(app, "POST", "/v1/completions",
+                {"prompt": "Say", "logprobs": k, "max_tokens": 3}).json()
+    lp = body["choices"][0]["logprobs"]
+    assert [len(d) for d in lp["top_logprobs"]] == [entries] * 3
+    assert [next(iter(d)) for d in lp["top_logprobs"]] == lp["tokens"]
