@@ -1,5 +1,6 @@
 """What must never reach a client in an error answer: a worker's address or port, an exception's
-class name, or a worker's own body such as a proxy's HTML page (issue 12). `scan` finds them;
+class name, a worker's own body such as a proxy's HTML page (issue 12), a server's file paths,
+or a validation error's repr that echoes the client's whole body back. `scan` finds them;
 `install` (an autouse fixture in tests/conftest.py) applies it to every error answer the
 suite's httpx clients read, whole or streamed."""
 
@@ -22,6 +23,11 @@ PATTERNS = {
         rb":\d{2,5}\b"),
     "exception class name": re.compile(rb"\b[A-Z][A-Za-z]*(?:Error|Exception|Refused|Reset)\w*:"),
     "HTML page": re.compile(rb"<html|<!doctype", re.IGNORECASE),
+    # a traceback frame or a module's path on the server (FastAPI's RequestValidationError
+    # text names the endpoint's file and line: fastapi/exceptions.py ValidationException)
+    "server file path": re.compile(rb'File \\?"/|(?:/[\w.-]+)+\.py\b'),
+    # a pydantic error dict's repr: its `input` is the client's whole body, echoed back
+    "validation error repr": re.compile(rb"'loc': \(|'input': "),
 }
 
 
