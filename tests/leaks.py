@@ -6,6 +6,7 @@ suite's httpx clients read, whole or streamed."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -62,6 +63,17 @@ class Collector:
 # Set while the gateway's own upstream client sends: a mock transport reads a fake worker's
 # body in there, and that body is the worker's side, not an answer to a client.
 _UPSTREAM_IO: contextvars.ContextVar[bool] = contextvars.ContextVar("upstream_io", default=False)
+
+
+@contextlib.contextmanager
+def worker_side() -> Iterator[None]:
+    """A test's own request to a worker (to compare its answer with the gateway's): the
+    worker's words, not an answer the gateway gave a client."""
+    token = _UPSTREAM_IO.set(True)
+    try:
+        yield
+    finally:
+        _UPSTREAM_IO.reset(token)
 
 
 def install(monkeypatch: pytest.MonkeyPatch) -> Collector:
