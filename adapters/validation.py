@@ -34,7 +34,7 @@ def validate(model: type[M], data: dict[str, Any]) -> M:
 def as_invalid_request(exc: ValidationError) -> errors.InvalidRequest:
     """The one place pydantic errors become gateway errors: "`field.path`: message"."""
     first = exc.errors()[0]
-    loc = _dotted(first.get("loc", ()))
+    loc = dotted(first.get("loc", ()))
     msg = first.get("msg", "is invalid")
     text = f"`{loc}`: {msg}" if loc else str(msg)
     more = len(exc.errors()) - 1
@@ -43,7 +43,7 @@ def as_invalid_request(exc: ValidationError) -> errors.InvalidRequest:
     return errors.InvalidRequest(text, field=loc or None)
 
 
-def _dotted(loc: tuple[int | str, ...] | Any) -> str:
+def dotted(loc: tuple[object, ...] | Any) -> str:
     """`messages[0].role`; the union member pydantic tried is not a place in the body (a
     `stop` of neither type is `stop`, as OpenAI's `param` names it, not `stop.str`)."""
     out = ""

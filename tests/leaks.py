@@ -1,10 +1,12 @@
 """What must never reach a client in an error answer: a worker's address or port, an exception's
-class name, or a worker's own body such as a proxy's HTML page (issue 12). `scan` finds them;
+class name, a worker's own body such as a proxy's HTML page (issue 12), a server's file paths,
+or a validation error's repr that echoes the client's whole body back. `scan` finds them;
 `install` (an autouse fixture in tests/conftest.py) applies it to every error answer the
 suite's httpx clients read, whole or streamed."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -22,6 +24,11 @@ PATTERNS = {
         rb":\d{2,5}\b"),
     "exception class name": re.compile(rb"\b[A-Z][A-Za-z]*(?:Error|Exception|Refused|Reset)\w*:"),
     "HTML page": re.compile(rb"<html|<!doctype", re.IGNORECASE),
+    # a traceback frame or a module's path on the server (FastAPI's RequestValidationError
+    # text names the endpoint's file and line: fastapi/exceptions.py ValidationException)
+    "server file path": re.compile(rb'File \\?"/|(?:/[\w.-]+)+\.py\b'),
+    # a pydantic error dict's repr: its `input` is the client's whole body, echoed back
+    "validation error repr": re.compile(rb"'loc': \(|'input': "),
 }
 
 
@@ -56,6 +63,17 @@ class Collector:
 # Set while the gateway's own upstream client sends: a mock transport reads a fake worker's
 # body in there, and that body is the worker's side, not an answer to a client.
 _UPSTREAM_IO: contextvars.ContextVar[bool] = contextvars.ContextVar("upstream_io", default=False)
+
+
+@contextlib.contextmanager
+def worker_side() -> Iterator[None]:
+    """A test's own request to a worker (to compare its answer with the gateway's): the
+    worker's words, not an answer the gateway gave a client."""
+    token = _UPSTREAM_IO.set(True)
+    try:
+        yield
+    finally:
+        _UPSTREAM_IO.reset(token)
 
 
 def install(monkeypatch: pytest.MonkeyPatch) -> Collector:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import orjson
 
 from adapters import base, chat_template, continuation
-from adapters.backends import openai_decode, params
+from adapters.backends import error_text, openai_decode, params
 from adapters.backends.params import Drop, Own, Refuse, Send, Translate
 from schemas import canonical, errors
 
@@ -280,15 +280,18 @@ class OpenAIBackend:
         return req.logprobs or self.PER_TOKEN_LOGPROBS or not self.streams_whole(req)
 
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
-        message = error_message(body) or f"the worker answered HTTP {status}"
+        message = error_text.message(body) or f"the worker answered HTTP {status}"
         detail = body[:500].decode("utf-8", "replace")  # for the log line only
+        field = None
+        if (reduced := error_text.reduce(message)) is not None:
+            message, field = reduced  # not the body, dict reprs and file path it holds
         if status >= 500:
             return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502,
                                               detail=detail)
         if status == 429:  # this worker is busy (a rate limit in front of it), not the request
             # at fault: another upstream may take it, as TGI's `overloaded` (tgi_decode)
             return errors.UpstreamUnavailable(message, status=429, detail=detail)
-        return errors.UpstreamRejected(message, status=status, detail=detail)
+        return errors.UpstreamRejected(message, field=field, status=status, detail=detail)
 
     def health_path(self) -> str:
         """The OpenAI API has no health route; `GET /v1/models` is the one request every
@@ -347,37 +350,6 @@ class OpenAIBackend:
         so that chat is not continued. Any other opening (ChatML's `<|im_start|>`, plain text)
         is continued: at worst a tokenizer that has a BOS puts one before it."""
         return None if not bos and BOS_LIKE.match(prompt) else {}
-
-
-def error_message(body: bytes) -> str:
-    """The message of any OpenAI-style error body: nested, flat (trtllm-serve) or a string.
-    A body that is not JSON (a proxy's HTML page) is no message for a client: empty."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return ""
-    if isinstance(obj, dict):
-        err = obj.get("error", obj)
-        if isinstance(err, dict):
-            detail = err.get("detail")
-            if isinstance(detail, list) and not err.get("message"):
-                return _validation_detail(detail) or str(obj)
-            return str(err.get("message") or detail or obj)
-        return str(err)
-    return str(obj)
-
-
-def _validation_detail(items: list[Any]) -> str:
-    """FastAPI's own 422 body, `{"detail": [{"loc", "msg", ...}]}`
-    (fastapi/exception_handlers.py request_validation_exception_handler), as one line that
-    names each field in backticks: what an OpenAI-compatible server on FastAPI answers when it
-    leaves request validation to FastAPI (vLLM and trtllm-serve replace that handler)."""
-    parts = []
-    for item in items:
-        if isinstance(item, dict) and isinstance(item.get("msg"), str):
-            loc = [str(p) for p in item.get("loc") or () if p != "body"]
-            parts.append(f"`{'.'.join(loc)}`: {item['msg']}" if loc else item["msg"])
-    return "; ".join(parts)
 
 
 def _prompt(prompts: list[str | list[int]]) -> str | list[str] | list[int] | list[list[int]]:

@@ -96,17 +96,17 @@ def usage_dict(u: ev.Usage) -> dict[str, Any]:
     return out
 
 
-def _call(e: ev.ToolCallDelta) -> dict[str, Any]:
+def _call(e: ev.ToolCallDelta, call_id: str | None) -> dict[str, Any]:
     """Delta.ToolCall: index, id (when known), function {arguments, name}, then `type`, which
     ToolCall.toXContentChunked writes with `b.field` even when null (continuation fragments)."""
     fn: dict[str, Any] = {"arguments": e.arguments}
     if e.name is not None:
         fn["name"] = e.name
     out: dict[str, Any] = {"index": e.index}
-    if e.id is not None:
-        out["id"] = e.id
+    if call_id is not None:
+        out["id"] = call_id
     out["function"] = fn
-    out["type"] = "function" if e.id is not None else None
+    out["type"] = "function" if call_id is not None else None
     return out
 
 
@@ -129,6 +129,7 @@ class ChatStreamEncoder:
         self._started: set[int] = set()
         self._usage: ev.Usage | None = None
         self._generated = 0
+        self._meta = meta
 
     def _chunk(self, choice: dict[str, Any]) -> bytes:
         return self._prefix + orjson.dumps(choice) + self._tail + self._end
@@ -153,7 +154,8 @@ class ChatStreamEncoder:
             case ev.ReasoningDelta():
                 return self._delta(e.choice, {"reasoning": e.text})  # Delta.reasoning
             case ev.ToolCallDelta():
-                return self._delta(e.choice, {"tool_calls": [_call(e)]})
+                return self._delta(e.choice,
+                                   {"tool_calls": [_call(e, self._meta.delta_call_id(e))]})
             case ev.Finish():
                 return self._role(e.choice) + self._chunk(
                     {"delta": {}, "finish_reason": FINISH[e.reason], "index": e.choice})
@@ -232,7 +234,8 @@ def chat_body(done_: canonical.Completion, meta: base.ResponseMeta) -> dict[str,
             msg["reasoning"] = c.reasoning
         if c.tool_calls:
             msg["tool_calls"] = [
-                {"index": i, "id": t.id, "function": {"arguments": t.arguments, "name": t.name},
+                {"index": i, "id": meta.call_id(c.index, i, t.id),
+                 "function": {"arguments": t.arguments, "name": t.name},
                  "type": "function"} for i, t in enumerate(c.tool_calls)]
         choice: dict[str, Any] = {"message": msg}
         if c.finish is not None:

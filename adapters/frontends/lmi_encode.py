@@ -212,6 +212,7 @@ class ChatStreamEncoder(_Framed):
         self._held: dict[int, dict[str, Any]] = {}
         self._started: set[int] = set()
         self._finished: set[int] = set()
+        self._meta = meta
 
     def encode(self, e: ev.Event) -> bytes:
         match e:
@@ -223,7 +224,8 @@ class ChatStreamEncoder(_Framed):
             case ev.ReasoningDelta():
                 return self._delta(e.choice, {"reasoning_content": e.text}, None)
             case ev.ToolCallDelta():
-                return self._delta(e.choice, {"tool_calls": [_tool_call(e)]}, None)
+                call = _tool_call(e, self._meta.delta_call_id(e))
+                return self._delta(e.choice, {"tool_calls": [call]}, None)
             case ev.Finish():
                 return self._finish(e)
             case ev.Role() | ev.Usage() | ev.PromptInfo():
@@ -288,12 +290,12 @@ class ChatStreamEncoder(_Framed):
         return self.flush()
 
 
-def _tool_call(e: ev.ToolCallDelta) -> dict[str, Any]:
+def _tool_call(e: ev.ToolCallDelta, call_id: str | None) -> dict[str, Any]:
     """vLLM DeltaToolCall.model_dump(exclude_none=True), as DJL writes it: id, type, index,
     function."""
     out: dict[str, Any] = {}
-    if e.id is not None:
-        out["id"] = e.id
+    if call_id is not None:
+        out["id"] = call_id
         out["type"] = "function"
     out["index"] = e.index
     fn: dict[str, Any] = {}

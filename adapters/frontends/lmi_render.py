@@ -136,15 +136,15 @@ def chat_logprob(t: ev.TokenLogprob) -> dict[str, Any]:
                               "bytes": _code_points(a.token)} for a in tops]}
 
 
-def _message(c: canonical.Choice) -> dict[str, Any]:
+def _message(c: canonical.Choice, meta: base.ResponseMeta) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant"}
     if c.reasoning is not None:
         msg["reasoning_content"] = c.reasoning
     msg["content"] = c.text if c.text or not c.tool_calls else None
     if c.tool_calls:
-        msg["tool_calls"] = [{"id": t.id, "type": "function",
+        msg["tool_calls"] = [{"id": meta.call_id(c.index, i, t.id), "type": "function",
                               "function": {"name": t.name, "arguments": t.arguments}}
-                             for t in c.tool_calls]
+                             for i, t in enumerate(c.tool_calls)]
     return msg
 
 
@@ -161,7 +161,7 @@ def chat_body(req: canonical.InferenceRequest, done: canonical.Completion,
     choices = []
     for c in done.choices:
         lp = {"content": [chat_logprob(t) for t in c.logprobs or ()]} if req.logprobs else None
-        choices.append({"index": c.index, "message": _message(c), "logprobs": lp,
+        choices.append({"index": c.index, "message": _message(c, meta), "logprobs": lp,
                         "finish_reason": finish_name(c.finish)})
     return lmi_json.dumps({"id": CHAT_ID + meta.id, "object": "chat.completion",
                            "created": meta.created, "choices": choices,

@@ -154,6 +154,7 @@ class ChatStreamEncoder(_Chunks):
         self._started: set[int] = set()
         self._logprobs = req.logprobs
         self._token_ids = req.token_ids
+        self._meta = meta
 
     def _role(self, choice: int) -> bytes:
         if choice in self._started:
@@ -172,7 +173,8 @@ class ChatStreamEncoder(_Chunks):
             case ev.ReasoningDelta():
                 return self._role(e.choice) + self._delta(e.choice, {"reasoning_content": e.text})
             case ev.ToolCallDelta():
-                return self._role(e.choice) + self._delta(e.choice, {"tool_calls": [_call(e)]})
+                call = _call(e, self._meta.delta_call_id(e))
+                return self._role(e.choice) + self._delta(e.choice, {"tool_calls": [call]})
             case ev.Finish():
                 return self._role(e.choice) + self._chunk({
                     "index": e.choice, "delta": {}, "logprobs": None,
@@ -200,15 +202,15 @@ class ChatStreamEncoder(_Chunks):
         return self._chunk(c)
 
 
-def _call(e: ev.ToolCallDelta) -> dict[str, Any]:
+def _call(e: ev.ToolCallDelta, call_id: str | None) -> dict[str, Any]:
     """A tool-call delta as vLLM and OpenAI stream it: id, type and name only on the first."""
     fn: dict[str, Any] = {}
     if e.name is not None:
         fn["name"] = e.name
     fn["arguments"] = e.arguments
     out: dict[str, Any] = {"index": e.index}
-    if e.id is not None:
-        out["id"] = e.id
+    if call_id is not None:
+        out["id"] = call_id
         out["type"] = "function"
     out["function"] = fn
     return out
@@ -298,9 +300,9 @@ def chat_body(
         if c.reasoning is not None:
             msg["reasoning_content"] = c.reasoning
         if c.tool_calls:
-            msg["tool_calls"] = [{"id": t.id, "type": "function",
+            msg["tool_calls"] = [{"id": meta.call_id(c.index, i, t.id), "type": "function",
                                   "function": {"name": t.name, "arguments": t.arguments}}
-                                 for t in c.tool_calls]
+                                 for i, t in enumerate(c.tool_calls)]
         reason, matched = _finish(c)
         out: dict[str, Any] = {"index": c.index, "message": msg, "logprobs": None,
                                "finish_reason": reason, "stop_reason": matched}

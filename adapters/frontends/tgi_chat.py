@@ -282,6 +282,7 @@ class ChatStreamEncoder:
         self._usage: ev.Usage | None = None
         self._generated = 0
         self._held: tuple[int, str, Any] | None = None  # a token's chunk: choice, text, logprobs
+        self._meta = meta
 
     def _chunk(self, choice: int, delta: dict[str, Any], logprobs: Any = None,
                finish: str | None = None) -> bytes:
@@ -299,8 +300,10 @@ class ChatStreamEncoder:
                 return self.flush() + self._chunk(e.choice,
                                                   {**_text(""), "reasoning_content": e.text})
             case ev.ToolCallDelta():
-                # DeltaToolCall (lib.rs): id and type on every fragment, name only on the first.
-                call = {"index": e.index, "id": e.id or "", "type": "function",
+                # DeltaToolCall (lib.rs): id and type on every fragment, name only on the first;
+                # where the worker gave no id, the first carries a made one (ResponseMeta).
+                call = {"index": e.index, "id": self._meta.delta_call_id(e) or "",
+                        "type": "function",
                         "function": {"name": e.name, "arguments": e.arguments}}
                 return self.flush() + self._chunk(e.choice,
                                                   {"role": "assistant", "tool_calls": [call]})
@@ -357,9 +360,9 @@ def chat_body(req: canonical.InferenceRequest, done: canonical.Completion,
                                "content": tgi_encode.with_stop(c.text, c.finish)}
         if c.tool_calls:  # ToolCallMessage: no content; FunctionDefinition with description
             msg = {"role": "assistant", "tool_calls": [
-                {"id": t.id, "type": "function",
+                {"id": meta.call_id(c.index, i, t.id), "type": "function",
                  "function": {"description": None, "name": t.name, "arguments": t.arguments}}
-                for t in c.tool_calls]}
+                for i, t in enumerate(c.tool_calls)]}
         if c.reasoning is not None:
             msg["reasoning_content"] = c.reasoning
         choices.append({"index": c.index, "message": msg,

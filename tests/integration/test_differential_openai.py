@@ -43,6 +43,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import leaks
 from tests.integration import openai_diff, procs
 
 pytestmark = pytest.mark.integration
@@ -91,7 +92,8 @@ def check(urls: dict[str, str], path: str, body: dict[str, Any], kinds: tuple[st
     """The worker's and the gateway's normalised answers are equal, for each worker kind."""
     norm = openai_diff.stream if body.get("stream") is True else openai_diff.whole
     for kind in kinds:
-        worker = norm(*_post(urls[kind] + path, {**body, "model": "m"}))
+        with leaks.worker_side():  # trtllm-serve's validation text is its own to write
+            worker = norm(*_post(urls[kind] + path, {**body, "model": "m"}))
         gateway = norm(*_post(urls["gateway"] + path, {**body, "model": kind}))
         assert openai_diff.as_worker_says(worker, gateway) == worker, (kind, body)
 
