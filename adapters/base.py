@@ -48,14 +48,16 @@ class ResponseMeta:
     # gateway-wide ones (`elastic`), as plain data.
     options: Mapping[str, Any] = field(default_factory=dict)
 
-    def call_id(self, choice: int, index: int, worker_id: str | None = "") -> str:
-        """A tool call's id: the worker's, else one made from this response's id, so that the
-        client has one to send back as its tool message's `tool_call_id` (openai-python's
-        ChatCompletionMessageToolCall `id: str`; trtllm-serve streams a named `tool_choice`'s
-        call with none: postprocess_handlers.py chat_stream_post_processor). Derived, not
-        random, so that golden bytes stay deterministic and a stream continued on another
-        worker keeps the ids it started with."""
-        return worker_id or f"call_{self.id}_{choice}_{index}"
+    def call_id(self, choice: int, index: int, worker_id: str | None = "",
+                name: str | None = "f") -> str:
+        """A named tool call's id: the worker's, else one made from this response's id, so
+        that the client has one to send back as its tool message's `tool_call_id`
+        (openai-python's ChatCompletionMessageToolCall `id: str`; trtllm-serve streams a named
+        `tool_choice`'s call with none: postprocess_handlers.py chat_stream_post_processor).
+        Derived, not random, so that golden bytes stay deterministic and a stream continued on
+        another worker keeps the ids it started with. A call with no name (a gap a worker left
+        in the indexes) gets none, as in the stream (`delta_call_id`)."""
+        return worker_id or (f"call_{self.id}_{choice}_{index}" if name else "")
 
     def delta_call_id(self, e: ev.ToolCallDelta) -> str | None:
         """The id a streamed fragment carries: the worker's; or, where it gave none, a made

@@ -32,7 +32,8 @@ _COUNT = re.compile(r"\A(\d+) validation errors?:\n")
 
 def message(body: bytes) -> str:
     """The message of any OpenAI-style error body: nested, flat (trtllm-serve) or a string.
-    A body that is not JSON (a proxy's HTML page) is no message for a client: empty."""
+    A body that is not JSON (a proxy's HTML page), or JSON with no message text, is no message
+    for a client: empty (never a Python repr of the worker's body)."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -42,10 +43,16 @@ def message(body: bytes) -> str:
         if isinstance(err, dict):
             detail = err.get("detail")
             if isinstance(detail, list) and not err.get("message"):
-                return _validation_detail(detail) or str(obj)
-            return str(err.get("message") or detail or obj)
-        return str(err)
-    return str(obj)
+                return _validation_detail(detail)
+            return text(err.get("message") or detail)
+        return text(err)
+    return text(obj)
+
+
+def text(value: Any) -> str:
+    """A worker's message when it is text; anything else (an object, a list) says nothing a
+    client should read."""
+    return value if isinstance(value, str) else ""
 
 
 def _validation_detail(items: list[Any]) -> str:

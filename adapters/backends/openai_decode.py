@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from adapters.backends import decoder
+from adapters.backends import decoder, error_text
 from schemas import errors
 from schemas import events as ev
 
@@ -136,9 +136,8 @@ def arguments(value: Any) -> str:
 
 
 def _error_message(err: Any) -> str:
-    if isinstance(err, dict):
-        return str(err.get("message") or err)
-    return str(err)
+    text = error_text.text(err.get("message") if isinstance(err, dict) else err)
+    return text or "the worker reported an error"
 
 
 def in_band_error(err: Any) -> errors.GatewayError:

@@ -37,8 +37,8 @@ def error_message(body: bytes) -> str:
     except orjson.JSONDecodeError:
         return ""
     if isinstance(obj, dict) and "error" in obj:
-        return str(obj["error"])
-    return str(obj)[:1000]
+        obj = obj["error"]
+    return obj[:1000] if isinstance(obj, str) else ""  # never a repr of the worker's body
 
 
 def _logprobs(obj: dict[str, Any]) -> int | None:

@@ -234,7 +234,7 @@ def chat_body(done_: canonical.Completion, meta: base.ResponseMeta) -> dict[str,
             msg["reasoning"] = c.reasoning
         if c.tool_calls:
             msg["tool_calls"] = [
-                {"index": i, "id": meta.call_id(c.index, i, t.id),
+                {"index": i, "id": meta.call_id(c.index, i, t.id, t.name),
                  "function": {"arguments": t.arguments, "name": t.name},
                  "type": "function"} for i, t in enumerate(c.tool_calls)]
         choice: dict[str, Any] = {"message": msg}

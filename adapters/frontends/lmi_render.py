@@ -142,7 +142,7 @@ def _message(c: canonical.Choice, meta: base.ResponseMeta) -> dict[str, Any]:
         msg["reasoning_content"] = c.reasoning
     msg["content"] = c.text if c.text or not c.tool_calls else None
     if c.tool_calls:
-        msg["tool_calls"] = [{"id": meta.call_id(c.index, i, t.id), "type": "function",
+        msg["tool_calls"] = [{"id": meta.call_id(c.index, i, t.id, t.name), "type": "function",
                               "function": {"name": t.name, "arguments": t.arguments}}
                              for i, t in enumerate(c.tool_calls)]
     return msg

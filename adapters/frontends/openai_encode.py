@@ -300,7 +300,7 @@ def chat_body(
         if c.reasoning is not None:
             msg["reasoning_content"] = c.reasoning
         if c.tool_calls:
-            msg["tool_calls"] = [{"id": meta.call_id(c.index, i, t.id), "type": "function",
+            msg["tool_calls"] = [{"id": meta.call_id(c.index, i, t.id, t.name), "type": "function",
                                   "function": {"name": t.name, "arguments": t.arguments}}
                                  for i, t in enumerate(c.tool_calls)]
         reason, matched = _finish(c)

@@ -360,7 +360,7 @@ def chat_body(req: canonical.InferenceRequest, done: canonical.Completion,
                                "content": tgi_encode.with_stop(c.text, c.finish)}
         if c.tool_calls:  # ToolCallMessage: no content; FunctionDefinition with description
             msg = {"role": "assistant", "tool_calls": [
-                {"id": meta.call_id(c.index, i, t.id), "type": "function",
+                {"id": meta.call_id(c.index, i, t.id, t.name), "type": "function",
                  "function": {"description": None, "name": t.name, "arguments": t.arguments}}
                 for i, t in enumerate(c.tool_calls)]}
         if c.reasoning is not None:

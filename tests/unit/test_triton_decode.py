@@ -168,7 +168,8 @@ def test_broken_streams_raise_upstream_broken(data: bytes, why: str) -> None:
 
 @pytest.mark.parametrize(("body", "message"), [
     (b'{"error":"bad"}', "bad"), (b'data: {"error":"late"}\n\n', "late"),
-    (b"<html>oops</html>", "")])  # not JSON: no message for a client (the log gets the body)
+    (b"<html>oops</html>", ""),  # not JSON: no message for a client (the log gets the body)
+    (b'{"error":{"code":3,"trace":"/opt/x.py"}}', ""), (b'{"model_name":"e"}', "")])
 def test_error_messages_are_read_from_every_error_shape(body: bytes, message: str) -> None:
     assert triton_decode.error_message(body) == message
 

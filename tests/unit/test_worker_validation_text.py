@@ -18,6 +18,7 @@ import pytest
 import respx
 
 from adapters import registry
+from adapters.backends import error_text, openai_decode
 from gateway import config
 from schemas import errors
 from tests import leaks
@@ -99,3 +100,16 @@ async def test_every_client_reads_the_field_not_the_workers_text(
     assert route.call_count == 1 and 400 <= resp.status_code < 500
     assert message(resp.json()).endswith("`guided_regex`: Extra inputs are not permitted")
     assert leaks.scan(resp.content) == [] and b"secret prompt" not in resp.content
+
+
+@pytest.mark.parametrize("body", [
+    b'{"error": {"code": 500, "trace": ["/srv/app.py", 12]}}', b'{"detail": {"a": 1}}',
+    b'{"status": "down", "hosts": ["10.0.0.5"]}', b"[1, 2]", b'{"error": ["x"]}'])
+def test_an_error_body_with_no_message_text_gives_none(body: bytes) -> None:
+    """A worker's JSON error body without message text was read as its Python repr (dict and
+    list reprs, whatever the body held); none now, so the client reads "the worker answered
+    HTTP ..." and the log line keeps the body."""
+    assert error_text.message(body) == ""
+    assert openai_decode.in_band_error(orjson.loads(body)).message in (
+        "the worker failed: the worker reported an error",
+        "the worker reported an error")
