@@ -28,7 +28,8 @@ NO_OPTIONS: Options = MappingProxyType({})
 @dataclass(slots=True)
 class RequestContext:
     """What a frontend may read besides the body: path parameters, headers (lower-case), and
-    the per-model options of a model name (None: the default model), e.g. `{"lmi": {...}}`."""
+    the per-model options of a model name (None: the default model), e.g. `{"lmi": {...}}`;
+    `{}` for a name that names no model (gateway.routing.Router.options)."""
 
     path: str = "/"
     path_params: Mapping[str, str] = field(default_factory=dict)

@@ -8,7 +8,9 @@ options pick the framing (`output_formatter`) and TGI compatibility (`tgi_compat
 
 Which model: `/predictions/{model}` names it; `/invocations` always serves the default model and
 ignores a body's `model` field, as LMI does (chat_properties.py excludes `model`; a SageMaker
-endpoint serves one model), so clients that send any model name keep working.
+endpoint serves one model), so clients that send any model name keep working. A LoRA adapter
+(the body's `adapters` or SageMaker's adapter header) names the model that serves the request
+instead (lmi_adapters).
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters import base, validation
-from adapters.frontends import lmi_encode, lmi_json, lmi_params, lmi_render, openai_parse
+from adapters.frontends import (
+    lmi_adapters,
+    lmi_encode,
+    lmi_json,
+    lmi_params,
+    lmi_render,
+    openai_parse,
+)
 from adapters.frontends.lmi_params import LmiState
 from schemas import canonical, errors
 
@@ -60,7 +69,10 @@ class LmiFrontend:
     def parse(self, body: bytes, ctx: base.RequestContext) -> LmiTranslator:
         data = _load(body, ctx.headers.get("content-type"))
         name = ctx.path_params.get("model")  # /predictions/{model}; None: the default model
-        lmi: dict[str, Any] = dict(ctx.model_options(name).get("lmi") or {})
+        want = lmi_adapters.requested(data, ctx.headers)
+        # a LoRA's answers are framed by its own model entry's `lmi` options
+        options = ctx.model_options(want.first or name)
+        lmi: dict[str, Any] = dict(options.get("lmi") or {})
         sse = lmi.get("output_formatter") == "sse"
         if "messages" in data:
             # input_parser.py: chat requests get their own formatter (jsonlines_chat); tgi_compat
@@ -76,7 +88,7 @@ class LmiFrontend:
             raise errors.InvalidRequest(
                 "the request needs `inputs` (LMI schema), `messages` (chat completion) or "
                 "`prompt` (text completion)", field="inputs")
-        req.model = name
+        req.model = _served(want, name, st, ctx) if want.names else name
         return LmiTranslator(req, st)
 
     def render_error(self, exc: errors.GatewayError) -> base.Rendered:
@@ -106,6 +118,21 @@ def _load(body: bytes, ctype: str | None) -> dict[str, Any]:
         except UnicodeDecodeError:
             raise errors.InvalidRequest("Request body is not valid UTF-8 text") from None
         return {"inputs": [text] if listed else text}
+
+
+def _served(want: lmi_adapters.Requested, name: str | None, st: LmiState,
+            ctx: base.RequestContext) -> str | None:
+    """The model an adapter request is served by, checked after its body as DJL does
+    (format_input: parse_text_inputs_params, then parse_adapters); a refusal takes the body's
+    schema. A model the path names must exist though a LoRA serves the request: DJL routes
+    by it first (404)."""
+    if name is not None and not ctx.model_options(name):
+        raise errors.ModelNotFound(f"The model `{name}` does not exist.", field="model")
+    inputs = len(st.prompts) if st.schema == "dynamic" else 1
+    try:
+        return lmi_adapters.served(want, inputs, lambda n: bool(ctx.model_options(n))) or name
+    except errors.GatewayError as exc:
+        raise exc from lmi_render.SchemaNote(st)
 
 
 def _inputs_request(data: dict[str, Any], tgi_compat: bool,

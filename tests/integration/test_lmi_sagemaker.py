@@ -2,8 +2,9 @@
 
 Real processes on free loopback ports; plain httpx, as a client whose endpoint URL now points at
 the gateway. Models: `demo` (default, vLLM), `tgi-model` (lmi.tgi_compat), `sse-model`
-(lmi.output_formatter sse), and `plain` / `trt` on the generic OpenAI and trtllm-serve worker
-protocols, which give no token ids (so details get a 424 there, before any I/O).
+(lmi.output_formatter sse), `plain` / `trt` on the generic OpenAI and trtllm-serve worker
+protocols, which give no token ids (so details get a 424 there, before any I/O), and `my-lora`,
+a LoRA adapter of the same worker.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
         ("demo", "vllm", "{}"), ("tgi-model", "vllm", "{tgi_compat: true}"),
         ("sse-model", "vllm", "{output_formatter: sse}"), ("plain", "openai", "{}"),
         ("trt", "trtllm", "{}")))
+    # a LoRA served by the same worker under its own name (vLLM --lora-modules my-lora=...)
+    models += f"""
+  - name: my-lora
+    backend: vllm
+    upstreams: [{sim_url}]
+    upstream_model: my-lora"""
     # failover off: a test reads the error line a cut stream ends with (see test_failover.py)
     gw, url = procs.gateway(tmp, f"""
 server: {{timeouts: {{first_byte: 10, idle: 5}}, failover_attempts: 0}}
@@ -267,3 +274,25 @@ def test_errors_and_ping(urls: tuple[str, str]) -> None:
     ping = httpx.get(urls[0] + "/ping", timeout=5)
     assert ping.status_code == 200
     assert ping.json()["demo"] == {"status": "Healthy"} and ping.text.endswith("}\n")
+
+
+def test_a_lora_adapter_is_the_model_the_worker_is_sent(urls: tuple[str, str]) -> None:
+    """DJL Serving input_parser.py `_fetch_adapters_from_input` (the body's `adapters`, then
+    the `X-Amzn-SageMaker-Adapter-Identifier` header, which wins) and adapters.md's calls; the
+    LoRA reaches vLLM as its model name (vllm_async_service.py sets `model` to the adapter).
+    An unregistered adapter is DJL's 424 "Adapter <name> is not registered"."""
+    r = post(urls, {"inputs": PROMPT, "adapters": "my-lora", "parameters": {"max_new_tokens": 3}})
+    assert r.status_code == 200 and r.json()["generated_text"]
+    sent = upstream(urls)
+    assert (sent["path"], sent["body"]["model"]) == ("/v1/completions", "my-lora")
+    header = {"X-Amzn-SageMaker-Adapter-Identifier": "my-lora"}
+    chat = httpx.post(urls[0] + "/invocations", json={"messages": MSGS, "max_tokens": 3},
+                      headers=header, timeout=20)
+    assert chat.status_code == 200 and chat.json()["choices"][0]["finish_reason"] == "length"
+    sent = upstream(urls)
+    assert (sent["path"], sent["body"]["model"]) == ("/v1/chat/completions", "my-lora")
+    post(urls, {"prompt": PROMPT, "max_tokens": 2})
+    assert upstream(urls)["body"]["model"] == "org/demo-model"  # no adapter: the base model
+    gone = post(urls, {"inputs": PROMPT, "adapters": "no-such-lora"})
+    assert (gone.status_code, gone.content) == (
+        424, b'{"error":"Adapter no-such-lora is not registered","code":424}')

@@ -295,7 +295,7 @@ def test_return_full_text_is_prepended_here_not_echoed_upstream() -> None:
     ({"inputs": "x", "parameters": {"stop": True}}, "parameters.stop"),
     ({"inputs": "x", "parameters": {"seed": "abc"}}, "parameters.seed"),
     ({"inputs": "x", "parameters": []}, "parameters"),
-    ({"inputs": "x", "adapters": ["lora"]}, "adapters"),
+    ({"inputs": "x", "adapters": [7]}, "adapters"),  # a LoRA is named by its name
     ({"inputs": "x", "stream": True, "parameters": {"n": 2}}, "parameters.n"),
     ({"inputs": "x", "stream": True, "parameters": {"decoder_input_details": True}},
      "parameters.decoder_input_details"),
