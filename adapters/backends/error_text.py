@@ -49,6 +49,21 @@ def message(body: bytes) -> str:
     return text(obj)
 
 
+def param(body: bytes) -> str | None:
+    """The field an OpenAI-style error body names (`param`, nested or flat), without vLLM's
+    `body.` prefix (clean_loc_for_param): what a model-level validator's error names, whose
+    FastAPI location is the body alone."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    err = obj.get("error", obj) if isinstance(obj, dict) else None
+    value = err.get("param") if isinstance(err, dict) else None
+    if not isinstance(value, str) or not value:
+        return None
+    return value.removeprefix("body.") or None
+
+
 def text(value: Any) -> str:
     """A worker's message when it is text; anything else (an object, a list) says nothing a
     client should read."""

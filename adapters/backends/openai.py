@@ -285,6 +285,8 @@ class OpenAIBackend:
         field = None
         if (reduced := error_text.reduce(message)) is not None:
             message, field = reduced  # not the body, dict reprs and file path it holds
+        if field is None and 400 <= status < 500:
+            field = error_text.param(body)
         if status >= 500:
             return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502,
                                               detail=detail)

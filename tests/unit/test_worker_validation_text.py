@@ -74,6 +74,24 @@ def test_a_model_level_validator_names_no_field() -> None:
         "Value error, Stream options can only be defined when stream is true.", None)
 
 
+@pytest.mark.parametrize("body", [
+    # vLLM >= 0.10 ErrorResponse (nested), a VLLMValidationError from a model-level validator:
+    # FastAPI's loc is ('body',) and vLLM's `param` names the field (clean_loc_for_param)
+    b'{"error":{"message":"Value error, top_logprobs must be between 0 and 20",'
+    b'"type":"BadRequestError","param":"body.top_logprobs","code":400}}',
+    # older flat ErrorResponse, and a param without the prefix
+    b'{"object":"error","message":"top_logprobs must be between 0 and 20",'
+    b'"type":"BadRequestError","param":"top_logprobs","code":400}',
+])
+def test_the_workers_param_names_the_field_when_its_text_does_not(body: bytes) -> None:
+    """vLLM's error `param` names the field its message does not (vllm/entrypoints/serve/utils/
+    server_utils.py validation_exception_handler, clean_loc_for_param): an OpenAI client's
+    error then names it too, as from vLLM."""
+    exc = registry.backend("vllm").parse_error(400, body)
+    assert exc.field == "top_logprobs"
+    assert registry.backend("vllm").parse_error(500, body).field is None
+
+
 def test_other_worker_messages_pass_on_unchanged() -> None:
     body = b'{"object":"error","message":"1 validation errors are too many","code":400}'
     exc = registry.backend("trtllm").parse_error(400, body)
