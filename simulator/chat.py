@@ -156,8 +156,11 @@ def parse(
         )
         prompt_key = tokens.digest(*(f"{r}:{t}" for r, t in msgs))
         outcomes = jobs.generate_choices(settings, spec, prompt_key, n, (seed, temperature))
+    choice = body.get("tool_choice")
     return jobs.Job(
         chat=True,
+        tool_choice="named" if isinstance(choice, dict) else
+        "required" if choice == "required" else "auto",
         model=model,
         n=n,
         prompts=[prompt],
@@ -220,20 +223,25 @@ def _finish(o: tokens.Outcome) -> str:
     return "tool_calls" if o.tool is not None and o.finish_reason == "stop" else o.finish_reason
 
 
-def _delta(o: tokens.Outcome, tok: tokens.Token, text: str, index: int) -> dict[str, Any]:
-    """DeltaMessage with only the fields vLLM sets for this token."""
+def _delta(
+    o: tokens.Outcome, tok: tokens.Token, text: str, index: int, mode: str
+) -> dict[str, Any]:
+    """DeltaMessage with only the fields vLLM sets for this token. A call's first delta:
+    under `auto` the tool parser's, the name alone (hermes_tool_parser.py dumps
+    DeltaFunctionCall(name=...) with exclude_none); `required` and a named `tool_choice`
+    send name and arguments together (serving_chat.py), and a named call is numbered by
+    its choice, `index=i`, up to vLLM 0.14 (chat_completion_stream_generator)."""
     if tok.kind == tokens.REASONING:
         return {"reasoning_content": text}
+    call_index = index if mode == "named" else 0
     if tok.kind == tokens.TOOL_HEAD and o.tool is not None:
-        call = {
-            "id": o.tool.id,
-            "type": "function",
-            "index": 0,
-            "function": {"name": o.tool.name, "arguments": ""},
-        }
+        function = {"name": o.tool.name}
+        if mode != "auto":
+            function["arguments"] = ""
+        call = {"id": o.tool.id, "type": "function", "index": call_index, "function": function}
         return {"tool_calls": [call]}
     if tok.kind == tokens.TOOL_ARGS:
-        return {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
+        return {"tool_calls": [{"index": call_index, "function": {"arguments": text}}]}
     if o.tool is not None:
         return {}  # EOS after a tool call: the finish chunk carries no text
     return {"content": text}
@@ -287,7 +295,7 @@ class ChatRender:
         )
         choice: dict[str, Any] = {
             "index": index,
-            "delta": _delta(o, tok, text, index),
+            "delta": _delta(o, tok, text, index, self.job.tool_choice),
             "logprobs": lp,
         }
         if k == len(o.tokens) - 1:

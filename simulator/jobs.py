@@ -53,6 +53,7 @@ class Job:
     tokens_as_ids: bool = False  # vLLM `return_tokens_as_token_ids`: logprob tokens by id
     echo: bool = False
     echo_only: bool = False  # echo with max_tokens 0: the prompt is the whole answer
+    tool_choice: str = "auto"  # chat: "auto", "required" or "named" (how calls stream)
     ttft_s: float = 0.0
     itl_s: float = 0.0
     faults: directives.Directives = directives.NONE

@@ -173,6 +173,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
         self._choices = choices
         self._ended: set[Any] = set()  # the choices whose finish came
         self._names: dict[tuple[int, int], str] = {}  # each streamed tool call's name
+        self._calls: dict[int, dict[Any, int]] = {}  # per choice: the worker's call index -> ours
 
     def on_done(self) -> None:
         self._done = True
@@ -219,13 +220,23 @@ class OpenAIDecoder(decoder.FramedDecoder):
                 calls = (calls,)  # ToolCallDelta.tool_calls: DeltaToolCall, a Vec from v3.2.0)
             for t in calls:
                 fn = t.get("function") or {}
-                index = t.get("index", 0) if delta is not None else len(out)
+                index = self._call_index(i, t.get("index", 0)) if delta is not None \
+                    else len(out)
                 name = fn.get("name")
                 if name is not None and delta is not None:
                     name = self._first_name(i, index, name, t.get("id"))
                 out.append(ev.ToolCallDelta(i, index, t.get("id"), name,
                                             arguments(fn.get("arguments"))))
         self._end(c, i, out)
+
+    def _call_index(self, choice: int, index: Any) -> int:
+        """A streamed call's index within its choice, in the order the calls came: vLLM up to
+        0.14 numbers a named `tool_choice` call by its choice (serving_chat.py `index=i`), so
+        with n > 1 a choice's only call can come as index 1."""
+        calls = self._calls.setdefault(choice, {})
+        if index not in calls:
+            calls[index] = len(calls)
+        return calls[index]
 
     def _first_name(self, choice: int, index: int, name: str, call_id: Any) -> str | None:
         """A call's name once: trtllm-serve repeats a named `tool_choice`'s name on every

@@ -113,6 +113,8 @@ def test_logprobs_shapes_chat_and_completions(client: httpx.Client) -> None:
 
 
 def test_tool_call_deltas_stream_like_vllm(client: httpx.Client) -> None:
+    """Under `auto` the first delta is the tool parser's, the name alone (vLLM 0.11
+    tool_parsers/hermes_tool_parser.py: DeltaFunctionCall(name=...) dumped exclude_none)."""
     tools = [
         {
             "type": "function",
@@ -133,7 +135,7 @@ def test_tool_call_deltas_stream_like_vllm(client: httpx.Client) -> None:
         "id": head["id"],
         "type": "function",
         "index": 0,
-        "function": {"name": "get_weather", "arguments": ""},
+        "function": {"name": "get_weather"},
     }
     frags = [d["tool_calls"][0] for d in deltas[1:] if "tool_calls" in d]
     assert len(frags) >= 2 and all(list(f) == ["index", "function"] for f in frags)
@@ -331,3 +333,20 @@ def test_gateway_simulate_runs_the_simulator_on_its_own(tmp_path) -> None:  # ty
     assert body["object"] == "text_completion" and len(body["choices"][0]["text"].split()) == 2
     assert body["choices"][0]["finish_reason"] == "stop"  # its natural end: `--tokens 2`
     assert [m["id"] for m in models["data"]] == ["m"]
+
+
+def test_named_tool_calls_are_numbered_by_their_choice(client: httpx.Client) -> None:
+    """vLLM 0.11 serving_chat.py chat_completion_stream_generator, named `tool_choice`:
+    `DeltaToolCall(id, type, function=DeltaFunctionCall(name, arguments), index=i)` with `i`
+    the choice's index, its fragments too; `required` sends name and arguments but numbers
+    calls from 0 (extract_tool_call_required_streaming)."""
+    fn = {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}
+    tools = [{"type": "function", "function": fn}]
+    named = {"type": "function", "function": {"name": "f"}}
+    for choice, first_index in ((named, 1), ("required", 0)):
+        evs = sse(client.post("/v1/chat/completions", json=chat(
+            stream=True, tools=tools, tool_choice=choice, n=2)).content)
+        calls = [c["delta"]["tool_calls"][0] for e in evs for c in e["choices"]
+                 if c["index"] == 1 and "tool_calls" in c["delta"]]
+        assert calls[0]["function"] == {"name": "f", "arguments": ""}
+        assert {c["index"] for c in calls} == {first_index}
