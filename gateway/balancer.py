@@ -183,13 +183,16 @@ class Upstreams:
                     out.append(u)
                     if u != url:
                         hosts[u] = urlsplit(url).netloc.rpartition("@")[2]
-        self.hosts = hosts
+        gone_hosts, self.hosts = self.hosts, hosts
         self._static_all = list(out)
         self._all = out + [u for u in self._managed if u not in out]
         # managed workers come in gated by their supervisor's probe; static ones await theirs.
         # A new standing (an upstream listed again: a worker restarted, an address back in
         # DNS) owes nothing to attempts begun before it: their verdicts and ends are stale.
         self.health = {u: self.health.get(u) or self._fresh(u in out) for u in self._all}
+        if self.board is not None:  # addresses gone from DNS: the board forgets them
+            for u in gone_hosts.keys() - self.health.keys():
+                self.board.forget(self.model, u, shared=True)
         self.ring = affinity.Ring(self._all)
         if self.pending():
             self.on_pending()

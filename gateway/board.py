@@ -74,6 +74,19 @@ class Board:
         except OSError:
             return
 
+    def forget(self, model: str, url: str, shared: bool) -> None:
+        """`url` is no longer listed: its last read goes, and with `shared` its file too (an
+        address gone from DNS, which every process drops; a managed worker's file stays, for
+        the others to read its last standing). Else pods replaced for weeks pile up here, and
+        a new pod on a freed address would take on the old one's standing."""
+        path = self._path(model, url)
+        self._seen.pop(path, None)
+        if shared:
+            try:
+                os.unlink(path)
+            except OSError:
+                return
+
     def running(self, model: str, url: str) -> bool:
         return os.path.exists(self._path(model, url) + ".running")
 

@@ -81,3 +81,35 @@ def test_without_a_board_nothing_is_shared(tmp_path: Path) -> None:
             ups.probed(url, True)
     a.probed(URLS[0], False)
     assert b.in_rotation() == list(URLS)
+
+
+def test_pods_gone_from_dns_leave_nothing_behind(tmp_path: Path) -> None:
+    """A headless Service's pods come and go for weeks (rolling updates, autoscaling), each
+    with a new address: what the board holds of an address no longer listed (its file, each
+    process's last read of it) is dropped, so it stays bounded by the addresses listed now,
+    not by every address ever seen. Kubernetes reuses a freed pod IP for a new pod: a stale
+    file would also hand the new pod the old one's ejection. Envoy likewise drops a host's
+    outlier-detection state when the host leaves its cluster (envoyproxy/envoy
+    source/common/upstream/outlier_detection_impl.cc, DetectorImpl::initialize: its
+    member-update callback erases each removed host's monitor from `host_monitors_`)."""
+    wall = Clock(1_000.0)
+    name = "http://workers.ns.svc:8000"
+    procs = []
+    for start in (50.0, 7_000.0):
+        ups = balancer.Upstreams((name,), "round_robin", config.HealthConfig(), Clock(start),
+                                 model="m")
+        ups.board = board.Board(str(tmp_path))
+        ups.wall = wall
+        procs.append(ups)
+    for pod in range(300):  # two pods at a time, one replaced per step
+        addresses = [f"http://10.1.{pod // 250}.{pod % 250}:8000",
+                     f"http://10.2.{(pod + 1) // 250}.{(pod + 1) % 250}:8000"]
+        for ups in procs:
+            ups.resolved(name, addresses)
+            for url in addresses:
+                ups.probed(url, True)  # a probe's first verdict is published
+            ups.sync()
+    for ups in procs:
+        assert ups.board is not None
+        assert len(ups.board._seen) <= 2  # noqa: SLF001
+    assert len(list(tmp_path.iterdir())) <= 2
