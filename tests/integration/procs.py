@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -87,6 +89,24 @@ def gateway(tmp: Path, config_text: str | None, env: dict[str, str] | None = Non
     url = f"http://127.0.0.1:{port}"
     proc.wait_http(url + "/health", timeout=30)
     return proc, url
+
+
+@contextmanager
+def demo_gateway(tmp: Path, server: str, *sim_args: str) -> Iterator[tuple[str, str]]:
+    """A gateway whose one model `demo` (vllm) is one simulator, with `server` (a YAML flow
+    mapping) as its server section: (gateway URL, simulator URL); both stopped at the end."""
+    sim, sim_url = simulator(tmp, *sim_args)
+    try:
+        gw, gw_url = gateway(tmp, f"server: {server}\ndefault_model: demo\nmodels:\n"
+                             f"  - {{name: demo, backend: vllm, upstreams: [{sim_url}]}}\n")
+    except BaseException:
+        sim.stop()
+        raise
+    try:
+        yield gw_url, sim_url
+    finally:
+        gw.stop()
+        sim.stop()
 
 
 def children_of(pid: int) -> list[int]:

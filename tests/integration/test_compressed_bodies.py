@@ -28,17 +28,8 @@ CHAT = {"model": "demo", "messages": [{"role": "user", "content": "Hi [[sim toke
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("compressed")
-    sim, sim_url = procs.simulator(tmp)
-    started = [sim]
-    try:
-        gw, gw_url = procs.gateway(tmp, orjson.dumps({
-            "default_model": "demo",
-            "models": [{"name": "demo", "backend": "vllm", "upstreams": [sim_url]}]}).decode())
-        started.append(gw)
+    with procs.demo_gateway(tmp, "{}") as (gw_url, _):
         yield gw_url
-    finally:
-        for p in reversed(started):
-            p.stop()
 
 
 def test_an_elasticsearch_client_that_compresses_its_bodies(url: str) -> None:

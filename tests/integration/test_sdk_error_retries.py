@@ -24,27 +24,9 @@ SLOW = "[[sim ttft_ms=3000]] hello"
 @pytest.fixture(scope="module")
 def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     tmp = tmp_path_factory.mktemp("sdkretry")
-    sim, sim_url = procs.simulator(tmp)
-    try:
-        gw, gw_url = procs.gateway(tmp, f"""
-server:
-  timeouts: {{first_byte: 1}}
-  failover_attempts: 0
-  health: {{eject_after: 1000}}
-default_model: demo
-models:
-  - name: demo
-    backend: vllm
-    upstreams: [{sim_url}]
-""")
-    except BaseException:
-        sim.stop()
-        raise
-    try:
-        yield gw_url, sim_url
-    finally:
-        gw.stop()
-        sim.stop()
+    with procs.demo_gateway(tmp, "{timeouts: {first_byte: 1}, failover_attempts: 0, "
+                                 "health: {eject_after: 1000}}") as urls:
+        yield urls
 
 
 def worker_requests(sim: str) -> int:

@@ -42,26 +42,9 @@ SSE = {"accept": "text/event-stream", "content-type": "application/json"}
 @pytest.fixture(scope="module")
 def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     tmp = tmp_path_factory.mktemp("sdkopt")
-    sim, sim_url = procs.simulator(tmp, "--tokens", "6")
-    try:
-        gw, url = procs.gateway(tmp, f"""
-server:
-  api_keys: [{KEY}, {ES_ENCODED}]
-  timeouts: {{first_byte: 10, idle: 5}}
-default_model: demo
-models:
-  - name: demo
-    backend: vllm
-    upstreams: [{sim_url}]
-""")
-    except BaseException:
-        sim.stop()
-        raise
-    try:
-        yield url, sim_url
-    finally:
-        gw.stop()
-        sim.stop()
+    with procs.demo_gateway(tmp, f"{{api_keys: [{KEY}, {ES_ENCODED}], "
+                                 "timeouts: {first_byte: 10, idle: 5}}", "--tokens", "6") as urls:
+        yield urls
 
 
 def last_upstream(sim_url: str) -> dict[str, Any]:
