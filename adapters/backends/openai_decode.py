@@ -172,7 +172,9 @@ class OpenAIDecoder(decoder.FramedDecoder):
         self._done = False
         self._choices = choices
         self._ended: set[Any] = set()  # the choices whose finish came
-        self._names: dict[tuple[int, int], str] = {}  # each streamed tool call's name
+        # each streamed tool call's id and name, per (choice, index): given once (`_first`)
+        self._ids: dict[tuple[int, int], Any] = {}
+        self._names: dict[tuple[int, int], str] = {}
         self._calls: dict[int, dict[Any, int]] = {}  # per choice: the worker's call index -> ours
 
     def on_done(self) -> None:
@@ -222,10 +224,10 @@ class OpenAIDecoder(decoder.FramedDecoder):
                 fn = t.get("function") or {}
                 index = self._call_index(i, t.get("index", 0)) if delta is not None \
                     else len(out)
-                name = fn.get("name")
-                if name is not None and delta is not None:
-                    name = self._first_name(i, index, name, t.get("id"))
-                out.append(ev.ToolCallDelta(i, index, t.get("id"), name,
+                call_id, name = t.get("id"), fn.get("name")
+                if delta is not None and (call_id or name is not None):
+                    call_id, name = self._first(i, index, call_id, name)
+                out.append(ev.ToolCallDelta(i, index, call_id, name,
                                             arguments(fn.get("arguments"))))
         self._end(c, i, out)
 
@@ -238,16 +240,25 @@ class OpenAIDecoder(decoder.FramedDecoder):
             calls[index] = len(calls)
         return calls[index]
 
-    def _first_name(self, choice: int, index: int, name: str, call_id: Any) -> str | None:
-        """A call's name once: trtllm-serve repeats a named `tool_choice`'s name on every
-        fragment, with no `id` (postprocess_handlers.py chat_stream_post_processor), where
-        OpenAI and vLLM send it with the first only; a client adding the deltas up would
-        read it once per fragment."""
+    def _first(self, choice: int, index: int, call_id: Any, name: str | None
+               ) -> tuple[Any, str | None]:
+        """A call's id and name once, on its first fragment, as OpenAI and vLLM stream them:
+        TGI repeats the id on every fragment (chat.rs create_event_from_stream_token) and
+        trtllm-serve a named `tool_choice`'s name (postprocess_handlers.py
+        chat_stream_post_processor); a client adding the deltas up (openai-python
+        accumulate_delta) would read either once per fragment. Another id is another call."""
         key = (choice, index)
-        if not call_id and self._names.get(key) == name:
-            return None
-        self._names[key] = name
-        return name
+        fresh = bool(call_id) and self._ids.get(key) != call_id
+        if fresh:
+            self._ids[key] = call_id
+        elif call_id:
+            call_id = None
+        if name is not None:
+            if not fresh and self._names.get(key) == name:
+                name = None
+            else:
+                self._names[key] = name
+        return call_id, name
 
     def _extras(self, m: dict[str, Any], i: int, out: list[ev.Event]) -> None:
         """Role and reasoning (vLLM < 0.12 `reasoning_content`, later `reasoning`)."""

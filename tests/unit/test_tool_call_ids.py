@@ -18,8 +18,12 @@ import httpx
 import orjson
 import pytest
 import respx
+from openai.lib.streaming._deltas import accumulate_delta
 
+from adapters import registry
 from gateway import config
+from schemas import events as ev
+from tests.unit.test_openai_backend_params import chat
 from tests.unit.test_pipeline_respx import UP1, UP2, call, healthy
 from tests.unit.test_trtllm_stream_shapes import NAMED_STREAM
 
@@ -124,3 +128,49 @@ async def test_a_workers_own_id_is_kept(client: str) -> None:
     path, body = CLIENTS[client]
     _, objects = await _answer(path, body, WITH_ID)
     assert [c["id"] for c in _calls(objects) if c.get("id")] == ["chatcmpl-tool-7"]
+
+
+def _tgi_fragment(arguments: str, name: str | None = None, finish: str | None = None) -> bytes:
+    """One chunk of a TGI tool-call stream: chat.rs create_event_from_stream_token writes the
+    call's id (server.rs: `chat.next_tool_call_id()`, the same for every fragment) and type on
+    every fragment, its name on the first only."""
+    call = {"index": 0, "id": "0", "type": "function",
+            "function": {"name": name, "arguments": arguments}}
+    choice: dict[str, Any] = {"index": 0, "delta": {"role": "assistant", "tool_calls": [call]},
+                              "logprobs": None, "finish_reason": finish}
+    return b"data: " + orjson.dumps({"object": "chat.completion.chunk", "id": "", "created": 1,
+                                     "model": "m", "system_fingerprint": "3.3.7-native",
+                                     "choices": [choice], "usage": None}) + b"\n\n"
+
+
+TGI_STREAM = (_tgi_fragment("{", "get_weather") + _tgi_fragment('"city": "Paris"')
+              + _tgi_fragment("}", finish="stop") + b"data: [DONE]\n\n")
+
+
+def test_a_tgi_workers_repeated_id_is_given_once() -> None:
+    """TGI (router/src/chat.rs create_event_from_stream_token, server.rs chat_completions)
+    repeats a call's id on every fragment; the decoder gives it once, on the call's first
+    fragment, as vLLM and OpenAI stream it, so an OpenAI client adding the deltas up
+    (openai-python lib/streaming/_deltas.py accumulate_delta concatenates string fields)
+    reads the id once, not once per fragment."""
+    req = chat(stream=True, tools=TOOLS, tool_choice=NAMED)
+    dec = registry.backend("tgi").decoder(req, streaming=True)
+    calls = [e for e in dec.feed(TGI_STREAM) + dec.close() if isinstance(e, ev.ToolCallDelta)]
+    assert [(c.id, c.name) for c in calls] == [("0", "get_weather"), (None, None), (None, None)]
+
+
+@pytest.mark.anyio
+async def test_an_id_on_every_fragment_reaches_an_openai_client_once() -> None:
+    """A worker that sends the call's id on every fragment (TGI, above): the OpenAI client's
+    deltas, added up as openai-python's ChatCompletionStreamState does (accumulate_delta),
+    hold the worker's id itself, not the id repeated per fragment."""
+    every = NAMED_STREAM.replace(b'"index":0,"function":{"name"',
+                                 b'"id":"chatcmpl-tool-7","index":0,"function":{"name"')
+    path, body = CLIENTS["openai-stream"]
+    _, objects = await _answer(path, body, every)
+    acc: dict[object, object] = {}
+    for o in objects:
+        for choice in o.get("choices") or ():
+            acc = accumulate_delta(acc, choice["delta"])
+    [call] = acc["tool_calls"]  # type: ignore[misc]
+    assert (call["id"], call["function"]["name"]) == ("chatcmpl-tool-7", "get_weather")
