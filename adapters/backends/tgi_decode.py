@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from adapters.backends import decoder, openai_decode, stops
+from adapters.backends import decoder, error_text, openai_decode, stops
 from schemas import errors
 from schemas import events as ev
 
@@ -194,7 +194,8 @@ class TgiChatDecoder(openai_decode.OpenAIDecoder):
     def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
         if "error" in obj:  # OpenaiErrorEvent (infer/mod.rs into_openai_event)
             err = obj["error"]
-            message = str(err.get("message") if isinstance(err, dict) else err)
+            message = error_text.text(err.get("message") if isinstance(err, dict) else err) \
+                or "the worker reported an error"  # never a repr of the worker's body
             raise classify(message, "validation" if message.startswith(_VALIDATION) else
                            "overloaded" if message == "Model is overloaded" else "generation")
         mine: list[ev.Event] = []

@@ -254,6 +254,15 @@ def test_chat_error_events_are_always_422_so_the_message_decides(
         chat_decode(data, [])
 
 
+def test_a_chat_error_event_without_message_text_shows_no_repr() -> None:
+    """A worker's error object whose `message` is not text (not TGI's, but not trusted either)
+    was rendered as its Python repr; the client reads a plain failure instead."""
+    data = b'data: {"error": {"message": {"trace": "/srv/x.py"}}}\n\ndata: [DONE]\n\n'
+    with pytest.raises(errors.UpstreamBroken) as info:
+        chat_decode(data, [])
+    assert "trace" not in info.value.message and "{" not in info.value.message
+
+
 # ---- any chunking ----
 
 tokens = st.lists(st.sampled_from([("a", 1), ("b", 2), ("ab", 3), (".", 4), ("\n", 5),
