@@ -358,13 +358,15 @@ def error_parts(exc: errors.GatewayError) -> tuple[int, str, str]:
     """(status, error_type, message) as TGI's InferError renders the nearest kind of failure:
     validation 422 "Input validation error: ...", overloaded 429 "Model is overloaded",
     generation "Request failed during generation: ..." (with the gateway's 5xx status, as
-    SPEC.md asks for a worker that is down). TGI's `auth` layer (server.rs) and axum's 404/405
-    write no ErrorResponse: no `error_type` (""), so huggingface_hub raises its HfHubHTTPError
-    with the status, as from TGI, not an UnknownError without one."""
+    SPEC.md asks for a worker that is down). A refused key and a path no route takes, where
+    TGI writes no body at all, are TGI's JSON error body too, as every error on a TGI route
+    (huggingface_hub then raises its UnknownError with the message, not its HfHubHTTPError)."""
     if isinstance(exc, errors.Overloaded) or exc.status == 429:  # also workers all overloaded
         return 429, "overloaded", "Model is overloaded"
-    if isinstance(exc, errors.Unauthorized | errors.NoRoute):
-        return exc.status, "", exc.message
+    if isinstance(exc, errors.Unauthorized):
+        return 401, "unauthorized", exc.message
+    if isinstance(exc, errors.NoRoute):  # axum's own 404/405 have no body: ours says which
+        return exc.status, exc.kind, exc.message
     if isinstance(exc, errors.RequestError | errors.UpstreamRejected):
         if exc.status == 429:
             return 429, "overloaded", "Model is overloaded"
@@ -377,7 +379,7 @@ def error_parts(exc: errors.GatewayError) -> tuple[int, str, str]:
 
 def error_json(exc: errors.GatewayError) -> tuple[int, bytes]:
     status, kind, message = error_parts(exc)
-    return status, orjson.dumps({"error": message, **({"error_type": kind} if kind else {})})
+    return status, orjson.dumps({"error": message, "error_type": kind})
 
 
 def error_event(exc: errors.GatewayError) -> bytes:

@@ -479,7 +479,7 @@ def test_every_client_in_either_process(gw: Gateway, client: str) -> None:
 
 
 NO_KEY = [("/v1/chat/completions", {"model": "demo", "messages": MSG}, "error"),
-          ("/generate", {"inputs": "x"}, "error"),  # no error_type: TGI's auth layer writes none
+          ("/generate", {"inputs": "x"}, "error_type"),
           ("/invocations", {"inputs": "x"}, "error"),
           ("/_inference/completion/demo", {"input": "x"}, "status")]
 

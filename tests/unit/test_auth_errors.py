@@ -21,7 +21,7 @@ CFG = config.Config.model_validate({
 
 OPENAI = {"message": "a valid API key is required", "type": "invalid_request_error",
           "param": None, "code": "invalid_api_key"}
-TGI = {"error": "a valid API key is required"}  # no error_type: tgi_encode.error_parts
+TGI = {"error": "a valid API key is required", "error_type": "unauthorized"}
 LMI = {"error": "a valid API key is required", "code": 401}
 
 # (method, path, body, the protocol's 401 body or a check of it)
