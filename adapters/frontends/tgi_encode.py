@@ -358,14 +358,12 @@ def error_parts(exc: errors.GatewayError) -> tuple[int, str, str]:
     """(status, error_type, message) as TGI's InferError renders the nearest kind of failure:
     validation 422 "Input validation error: ...", overloaded 429 "Model is overloaded",
     generation "Request failed during generation: ..." (with the gateway's 5xx status, as
-    SPEC.md asks for a worker that is down). A refused key and a path no route takes, where
-    TGI writes no body at all, are TGI's JSON error body too, as every error on a TGI route
-    (huggingface_hub then raises its UnknownError with the message, not its HfHubHTTPError)."""
+    SPEC.md asks for a worker that is down). A refused key, a path no route takes: the same."""
     if isinstance(exc, errors.Overloaded) or exc.status == 429:  # also workers all overloaded
         return 429, "overloaded", "Model is overloaded"
     if isinstance(exc, errors.Unauthorized):
         return 401, "unauthorized", exc.message
-    if isinstance(exc, errors.NoRoute):  # axum's own 404/405 have no body: ours says which
+    if isinstance(exc, errors.NoRoute):  # axum's 404/405 (and TGI's 401) have no body
         return exc.status, exc.kind, exc.message
     if isinstance(exc, errors.RequestError | errors.UpstreamRejected):
         if exc.status == 429:
