@@ -64,6 +64,13 @@ def param(body: bytes) -> str | None:
     return value.removeprefix("body.") or None
 
 
+def event_message(err: Any) -> str:
+    """The message of an error event inside a stream (`{"error": {"message": ...}}` or
+    `{"error": "..."}`); a plain failure when it holds no text."""
+    return text(err.get("message") if isinstance(err, dict) else err) \
+        or "the worker reported an error"
+
+
 def text(value: Any) -> str:
     """A worker's message when it is text; anything else (an object, a list) says nothing a
     client should read."""

@@ -135,17 +135,12 @@ def arguments(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
-def _error_message(err: Any) -> str:
-    text = error_text.text(err.get("message") if isinstance(err, dict) else err)
-    return text or "the worker reported an error"
-
-
 def in_band_error(err: Any) -> errors.GatewayError:
     """An error event in a stream: vLLM's carries the status it would have answered (its
     int `code`, engine/serving.py create_error_response: 400 for a VLLMValidationError or
     ValueError, which add_request raises inside the stream, e.g. too many logprobs). A 4xx is
     the request's fault and is passed on as one; anything else is the worker failing."""
-    message = _error_message(err)
+    message = error_text.event_message(err)
     code = err.get("code") if isinstance(err, dict) else None
     if type(code) is int and 400 <= code < 500:
         return errors.UpstreamRejected(message, status=code)

@@ -194,8 +194,7 @@ class TgiChatDecoder(openai_decode.OpenAIDecoder):
     def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
         if "error" in obj:  # OpenaiErrorEvent (infer/mod.rs into_openai_event)
             err = obj["error"]
-            message = error_text.text(err.get("message") if isinstance(err, dict) else err) \
-                or "the worker reported an error"  # never a repr of the worker's body
+            message = error_text.event_message(err)  # never a repr of the worker's body
             raise classify(message, "validation" if message.startswith(_VALIDATION) else
                            "overloaded" if message == "Model is overloaded" else "generation")
         mine: list[ev.Event] = []

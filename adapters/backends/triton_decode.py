@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from adapters.backends import decoder, stops
+from adapters.backends import decoder, error_text, stops
 from schemas import errors
 from schemas import events as ev
 
@@ -38,7 +38,7 @@ def error_message(body: bytes) -> str:
         return ""
     if isinstance(obj, dict) and "error" in obj:
         obj = obj["error"]
-    return obj[:1000] if isinstance(obj, str) else ""  # never a repr of the worker's body
+    return error_text.text(obj)[:1000]  # never a repr of the worker's body
 
 
 def _logprobs(obj: dict[str, Any]) -> int | None:
