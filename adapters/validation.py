@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -24,9 +24,11 @@ def load_object(body: bytes) -> dict[str, Any]:
 
 
 def validate(model: type[M], data: dict[str, Any]) -> M:
-    """`model.model_validate` with pydantic's first error turned into InvalidRequest."""
+    """`model.model_validate` with pydantic's first error turned into InvalidRequest. The
+    model's own validator is called: `model_validate` is a Python frame that passes it seven
+    keyword arguments, all None (about a twentieth of parsing a chat request)."""
     try:
-        return model.model_validate(data)
+        return cast(M, model.__pydantic_validator__.validate_python(data))
     except ValidationError as exc:
         raise as_invalid_request(exc) from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -43,6 +44,6 @@ class Exchange:
     route: str = ""  # the route's template (`/predictions/{model}`), never the raw path
     error_type: str = ""  # `error.type`: the error's class name; "" when none
     response_id: str = ""
-    finish_reasons: list[str] = field(default_factory=list)
+    finish_reasons: Sequence[str] = ()  # set once the answer is known (a list then)
     watch: Watcher | None = None
     echoed: tuple[tuple[bytes, bytes], ...] = ()  # request headers every answer carries back

@@ -28,6 +28,11 @@ from schemas import events as ev
 Framing = Literal["sse", "lines", "whole"]
 
 
+# Stand-ins for the reader a framing does not use (never fed: `feed` and `close` go by framing).
+_NO_SSE = framing.SseDecoder()
+_NO_LINES = framing.LineDecoder()
+
+
 class FramedDecoder:
     """Base of the worker decoders (StreamDecoder); subclasses override the `on_*` hooks."""
 
@@ -43,8 +48,9 @@ class FramedDecoder:
 
     def __init__(self, framing_: Framing):
         self._framing = framing_
-        self._sse = framing.SseDecoder()
-        self._lines = framing.LineDecoder()
+        # only the framing's own reader: a whole body (most requests) needs neither
+        self._sse = framing.SseDecoder() if framing_ == "sse" else _NO_SSE
+        self._lines = framing.LineDecoder() if framing_ == "lines" else _NO_LINES
         self._body: list[bytes] = []
         self._failure: errors.GatewayError | None = None
         self._spent = False

@@ -13,6 +13,8 @@ import sys
 import orjson
 import pytest
 import structlog
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway import observability
 
@@ -156,3 +158,23 @@ def test_a_stream_cut_by_the_shutdown_is_logged_at_warning() -> None:
     (line,) = logs
     assert (line["request_id"], line["outcome"], line["log_level"]) == (
         "rid-shutdown", "shutdown", "warning")
+
+
+@given(st.floats(min_value=0, max_value=86_400, allow_nan=False))
+def test_durations_are_milliseconds_to_the_microsecond(seconds: float) -> None:
+    """`duration_ms` and `ttft_ms` as `round(seconds * 1000, 3)` gives them, but for a
+    near-tie (a thousandth of a millisecond apart at most), without `round`'s decimal string."""
+    ms = observability._ms(seconds)
+    assert ms == round(ms, 3)
+    assert abs(ms - round(seconds * 1000, 3)) <= 0.001 + 1e-9 * seconds * 1000
+
+
+def test_the_timestamp_is_the_clock_reading_in_utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """structlog's TimeStamper(fmt="iso", utc=True) form, its microseconds truncated as
+    `datetime.fromtimestamp` keeps them; the date part made once a second."""
+    lines = observability.RequestLines(Sink())  # type: ignore[arg-type]
+    for ns, stamp in ((1_764_180_000_123_456_789, "2025-11-26T18:00:00.123456Z"),
+                      (1_764_180_000_999_999_999, "2025-11-26T18:00:00.999999Z"),
+                      (1_764_180_001_000_000_999, "2025-11-26T18:00:01.000000Z")):
+        monkeypatch.setattr(observability.time, "time_ns", lambda ns=ns: ns)
+        assert lines.timestamp() == stamp
