@@ -93,6 +93,7 @@ class _Chunks:
     # OpenAI and vLLM both answer streams with this exact media type.
     media_type = "text/event-stream; charset=utf-8"
     headers: Mapping[str, str] = MappingProxyType({})
+    holds_back = False  # `flush` is always b"" (base.StreamEncoder)
 
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta, obj: str,
                  id_prefix: str, null_usage: bool = True):
