@@ -156,6 +156,13 @@ class ChatStreamEncoder(_Chunks):
         self._logprobs = req.logprobs
         self._token_ids = req.token_ids
         self._meta = meta
+        # A chunk of text alone (no log probs or ids asked, no running usage): the bytes around
+        # its text made once per choice, so a token costs one orjson.dumps of a str, not of two
+        # dicts built for it (what orjson writes for a value does not depend on where it is).
+        self._plain = not (req.logprobs or req.token_ids
+                           or (req.include_usage and req.continuous_usage))
+        self._text_heads: dict[int, bytes] = {}
+        self._text_tail = b'},"logprobs":null,"finish_reason":null}' + self._suffix
 
     def _role(self, choice: int) -> bytes:
         if choice in self._started:
@@ -166,11 +173,12 @@ class ChatStreamEncoder(_Chunks):
 
     def encode(self, e: ev.Event) -> bytes:
         match e:
+            case ev.TextDelta():  # first: nearly every event is one
+                if e.choice in self._started:
+                    return self._text(e)
+                return self._role(e.choice) + self._text(e)
             case ev.Role():
                 return self._role(e.choice)
-            case ev.TextDelta():  # the role chunk only before a choice's first (per chunk)
-                return (b"" if e.choice in self._started else self._role(e.choice)) \
-                    + self._text(e)
             case ev.ReasoningDelta():
                 return self._role(e.choice) + self._delta(e.choice, {"reasoning_content": e.text})
             case ev.ToolCallDelta():
@@ -194,6 +202,12 @@ class ChatStreamEncoder(_Chunks):
 
     def _text(self, e: ev.TextDelta) -> bytes:
         self._generated += len(e.token_ids) if e.token_ids is not None else 1
+        if self._plain and type(e.choice) is int:  # (a worker's `true` is no index 1 here)
+            head = self._text_heads.get(e.choice)
+            if head is None:
+                head = self._text_heads[e.choice] = (
+                    self._prefix + b'{"index":%d,"delta":{"content":' % e.choice)
+            return head + orjson.dumps(e.text) + self._text_tail
         c: dict[str, Any] = {"index": e.choice, "delta": {"content": e.text},
                              "logprobs": None, "finish_reason": None}
         if self._logprobs and e.logprobs is not None:
