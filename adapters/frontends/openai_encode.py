@@ -96,7 +96,7 @@ class _Chunks:
     holds_back = False  # `flush` is always b"" (base.StreamEncoder)
 
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta, obj: str,
-                 id_prefix: str, null_usage: bool = True):
+                 id_prefix: str, text: tuple[bytes, bytes], null_usage: bool = True):
         head = b"".join((
             b'{"id":', orjson.dumps(id_prefix + meta.id), b',"object":"', obj.encode(), b'","created":',
             str(meta.created).encode(), b',"model":', orjson.dumps(meta.model), b',"choices":[',
@@ -112,8 +112,18 @@ class _Chunks:
         self._include_usage = req.include_usage
         self._usage: ev.Usage | None = None
         self._generated = 0
-        if req.include_usage and req.continuous_usage:
+        if continuous := req.include_usage and req.continuous_usage:
             self._chunk = self._chunk_with_usage  # type: ignore[method-assign]
+        # A chunk of text alone (no log probs or ids asked, no running usage): the bytes around
+        # its text (`text`: the choice's, in `_text`'s key order, `%d` its index) made once per
+        # choice, so a token costs one orjson.dumps of a str, not of the dicts built for it.
+        self._plain = not (req.logprobs or req.token_ids or continuous)
+        self._text_open, self._text_tail = text[0], text[1] + self._suffix
+        self._text_heads: dict[int, bytes] = {}
+
+    def _text_head(self, choice: int) -> bytes:
+        """The bytes before a text-only chunk's text, made on its choice's first."""
+        return self._text_heads.setdefault(choice, self._prefix + self._text_open % choice)
 
     def _chunk(self, choice: dict[str, Any]) -> bytes:
         return self._prefix + orjson.dumps(choice) + self._suffix
@@ -151,18 +161,12 @@ class ChatStreamEncoder(_Chunks):
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta,
                  elasticsearch: bool = False):
         super().__init__(req, meta, "chat.completion.chunk", CHAT_ID,
-                         null_usage=not elasticsearch)
+                         (b'{"index":%d,"delta":{"content":',
+                          b'},"logprobs":null,"finish_reason":null}'), not elasticsearch)
         self._started: set[int] = set()
         self._logprobs = req.logprobs
         self._token_ids = req.token_ids
         self._meta = meta
-        # A chunk of text alone (no log probs or ids asked, no running usage): the bytes around
-        # its text made once per choice, so a token costs one orjson.dumps of a str, not of two
-        # dicts built for it (what orjson writes for a value does not depend on where it is).
-        self._plain = not (req.logprobs or req.token_ids
-                           or (req.include_usage and req.continuous_usage))
-        self._text_heads: dict[int, bytes] = {}
-        self._text_tail = b'},"logprobs":null,"finish_reason":null}' + self._suffix
 
     def _role(self, choice: int) -> bytes:
         if choice in self._started:
@@ -203,11 +207,8 @@ class ChatStreamEncoder(_Chunks):
     def _text(self, e: ev.TextDelta) -> bytes:
         self._generated += len(e.token_ids) if e.token_ids is not None else 1
         if self._plain and type(e.choice) is int:  # (a worker's `true` is no index 1 here)
-            head = self._text_heads.get(e.choice)
-            if head is None:
-                head = self._text_heads[e.choice] = (
-                    self._prefix + b'{"index":%d,"delta":{"content":' % e.choice)
-            return head + orjson.dumps(e.text) + self._text_tail
+            return ((self._text_heads.get(e.choice) or self._text_head(e.choice))
+                    + orjson.dumps(e.text) + self._text_tail)
         c: dict[str, Any] = {"index": e.choice, "delta": {"content": e.text},
                              "logprobs": None, "finish_reason": None}
         if self._logprobs and e.logprobs is not None:
@@ -235,7 +236,8 @@ class CompletionStreamEncoder(_Chunks):
     """text_completion chunks; reasoning and tool calls have no place in this API."""
 
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta):
-        super().__init__(req, meta, "text_completion", COMPLETION_ID)
+        super().__init__(req, meta, "text_completion", COMPLETION_ID,
+                         (b'{"index":%d,"text":', b',"logprobs":null,"finish_reason":null}'))
         self._logprobs = req.logprobs
         self._token_ids = req.token_ids
         self._echo = req.echo
@@ -258,6 +260,9 @@ class CompletionStreamEncoder(_Chunks):
 
     def _text(self, e: ev.TextDelta) -> bytes:
         self._generated += len(e.token_ids) if e.token_ids is not None else 1
+        if self._plain and type(e.choice) is int:  # (a worker's `true` is no index 1 here)
+            return ((self._text_heads.get(e.choice) or self._text_head(e.choice))
+                    + orjson.dumps(e.text) + self._text_tail)
         c: dict[str, Any] = {"index": e.choice, "text": e.text, "logprobs": None,
                              "finish_reason": None}
         if self._logprobs and e.logprobs is not None:
