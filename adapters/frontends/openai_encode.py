@@ -1,7 +1,8 @@
 """OpenAI client protocol, response side: chunks, whole bodies and the error object as bytes.
 
 The per-chunk path builds each chunk from a pre-encoded head and tail around one orjson.dumps
-of the choice, so a chunk costs one serialisation and a few byte joins.
+of the choice (of the text alone, for a text-only chunk), so a chunk costs one serialisation
+and a few byte joins.
 """
 
 from __future__ import annotations
