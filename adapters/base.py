@@ -123,7 +123,9 @@ class StreamEncoder(Protocol):
 
     def flush(self) -> bytes:
         """Bytes held back that are due now: called at the end of each upstream read, so an
-        encoder that must look ahead (TGI's last event) holds a token no longer than that."""
+        encoder that must look ahead (TGI's last event) holds a token no longer than that.
+        One that never holds anything says so with a class attribute `holds_back = False`,
+        and the relay then skips this call (a few hundred instructions a chunk)."""
         ...
 
     def fail(self, exc: errors.GatewayError) -> bytes:

@@ -50,6 +50,8 @@ class SseDecoder:
                 chunk = chunk[1:]
         if not self._buf and not self._data and not self._event and chunk[-2:] == b"\n\n" \
                 and chunk.find(b"\r") < 0:
+            if chunk[:6] == b"data: " and chunk.find(b"\n") == len(chunk) - 2:
+                return [(b"message", chunk[6:-2])]  # one event of one line: a token's read
             return self._whole_events(chunk)
         return self._general(chunk)
 

@@ -168,9 +168,14 @@ class ProtocolEndpoint:
         ends: list[list[ev.Event]] = [[], []]  # the last two batches
         write: Callable[[bytes], bool] | None = getattr(client, "write_body", None)
         pending: list[bytes] = []  # ASGI: what the next send carries
+        holds = getattr(enc, "holds_back", True)  # base.StreamEncoder.flush
 
         def emit(batch: list[ev.Event]) -> bool:
-            out = b"".join([enc.encode(e) for e in batch]) + enc.flush()
+            # a paced stream's read is one event: no comprehension (a frame in 3.11) and join
+            out = enc.encode(batch[0]) if len(batch) == 1 else \
+                b"".join([enc.encode(e) for e in batch])
+            if holds:
+                out += enc.flush()
             if isinstance(batch[-1], ev.Usage):
                 x.usage = batch[-1]
             ends[0], ends[1] = ends[1], batch

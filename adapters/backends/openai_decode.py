@@ -196,15 +196,15 @@ class OpenAIDecoder(decoder.FramedDecoder):
             out.append(usage(u))
         ended = self._ended
         for c in (obj["choices"] if "choices" in obj else None) or ():
-            if ended and c.get("index", 0) in ended:  # past its finish
+            i = c.get("index", 0)
+            if ended and i in ended:  # past its finish
                 continue
-            (self._chat_choice if self._chat else self._text_choice)(c, c.get("delta"), out)
+            (self._chat_choice if self._chat else self._text_choice)(c, i, c.get("delta"), out)
 
-    def _chat_choice(self, c: dict[str, Any], delta: dict[str, Any] | None,
+    def _chat_choice(self, c: dict[str, Any], i: Any, delta: dict[str, Any] | None,
                      out: list[ev.Event]) -> None:
-        i = c.get("index", 0)
         m = delta if delta is not None else c.get("message") or {}
-        if len(m) > 1 or "content" not in m:  # anything besides content in this delta
+        if extras := len(m) > 1 or "content" not in m:  # anything besides content here
             self._extras(m, i, out)
         ids = c["token_ids"] if "token_ids" in c else None
         lp = c["logprobs"] if "logprobs" in c else None
@@ -212,7 +212,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
         text = m.get("content")
         if text or ids or lps:
             out.append(ev.TextDelta(i, text or "", ids, lps))
-        if calls := m.get("tool_calls"):
+        if extras and (calls := m.get("tool_calls")):
             if isinstance(calls, dict):  # TGI < 3.2 streams one call as an object (lib.rs
                 calls = (calls,)  # ToolCallDelta.tool_calls: DeltaToolCall, a Vec from v3.2.0)
             for t in calls:
@@ -224,7 +224,8 @@ class OpenAIDecoder(decoder.FramedDecoder):
                     call_id, name = self._first(i, index, call_id, name)
                 out.append(ev.ToolCallDelta(i, index, call_id, name,
                                             arguments(fn.get("arguments"))))
-        self._end(c, i, out)
+        if "finish_reason" in c and (reason := c["finish_reason"]):
+            self._end(c, i, reason, out)
 
     def _call_index(self, choice: int, index: Any) -> int:
         """A streamed call's index within its choice, in the order the calls came: vLLM up to
@@ -263,8 +264,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
         if reasoning:
             out.append(ev.ReasoningDelta(i, reasoning))
 
-    def _text_choice(self, c: dict[str, Any], _: Any, out: list[ev.Event]) -> None:
-        i = c.get("index", 0)
+    def _text_choice(self, c: dict[str, Any], i: Any, _: Any, out: list[ev.Event]) -> None:
         if c.get("prompt_token_ids") is not None or c.get("prompt_logprobs") is not None:
             out.append(prompt_info(i, c.get("prompt_token_ids"), c.get("prompt_logprobs")))
         ids = c.get("token_ids")
@@ -272,14 +272,16 @@ class OpenAIDecoder(decoder.FramedDecoder):
         lps = completion_logprobs(lp, ids, c.get("text") or "") if lp else None
         if c.get("text") or ids or lps:
             out.append(ev.TextDelta(i, c.get("text") or "", ids, lps))
-        self._end(c, i, out)
-
-    def _end(self, c: dict[str, Any], i: int, out: list[ev.Event]) -> None:
         if "finish_reason" in c and (reason := c["finish_reason"]):
-            if reason == "error":
-                raise errors.UpstreamBroken("the worker reported a generation error")
-            self._ended.add(i)
-            out.append(finish(i, reason, c.get("stop_reason")))
+            self._end(c, i, reason, out)
+
+    def _end(self, c: dict[str, Any], i: Any, reason: Any, out: list[ev.Event]) -> None:
+        """The choice's finish (a non-empty `finish_reason`, tested by the caller: once a
+        choice, where the test is every chunk)."""
+        if reason == "error":
+            raise errors.UpstreamBroken("the worker reported a generation error")
+        self._ended.add(i)
+        out.append(finish(i, reason, c.get("stop_reason")))
 
     def on_body(self, obj: Any, out: list[ev.Event]) -> None:
         if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
@@ -290,7 +292,8 @@ class OpenAIDecoder(decoder.FramedDecoder):
             if self._wants_prompt and not self._chat:
                 self._prompt_of(c, c.get("index", 0), out)
             calls_before = len(out)
-            (self._chat_choice if self._chat else self._text_choice)(c, None, out)
+            (self._chat_choice if self._chat else self._text_choice)(c, c.get("index", 0), None,
+                                                                     out)
             _renumber_calls(out, calls_before)
         if u := obj.get("usage"):
             out.append(usage(u))

@@ -206,12 +206,12 @@ class TgiChatDecoder(openai_decode.OpenAIDecoder):
         super().on_body(obj, mine)
         out.extend(self._post(mine))
 
-    def _end(self, c: dict[str, Any], i: int, out: list[ev.Event]) -> None:
-        if c.get("finish_reason") == "stop_sequence":  # FinishReason::format(true) keeps it
+    def _end(self, c: dict[str, Any], i: Any, reason: Any, out: list[ev.Event]) -> None:
+        if reason == "stop_sequence":  # FinishReason::format(true) keeps it
             self._ended.add(i)
             out.append(ev.Finish(i, "stop_string"))
         else:
-            super()._end(c, i, out)
+            super()._end(c, i, reason, out)
 
     def _post(self, events: list[ev.Event]) -> list[ev.Event]:
         """One role per choice; text through the stop trimmer; the Finish names the match.

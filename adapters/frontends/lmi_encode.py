@@ -152,6 +152,8 @@ class DynamicStreamEncoder(_Framed):
     each input's tokens on their own, so a line is written once every input still generating
     has its next text; an input that has finished gives "" from then on."""
 
+    holds_back = False  # `flush` is always b"" (base.StreamEncoder)
+
     def __init__(self, st: LmiState):
         super().__init__(st.sse)
         # return_full_text: each input's text starts with its prompt, as in the whole answer

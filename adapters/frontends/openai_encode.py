@@ -1,7 +1,8 @@
 """OpenAI client protocol, response side: chunks, whole bodies and the error object as bytes.
 
 The per-chunk path builds each chunk from a pre-encoded head and tail around one orjson.dumps
-of the choice, so a chunk costs one serialisation and a few byte joins.
+of the choice (of the text alone, for a text-only chunk), so a chunk costs one serialisation
+and a few byte joins.
 """
 
 from __future__ import annotations
@@ -93,9 +94,10 @@ class _Chunks:
     # OpenAI and vLLM both answer streams with this exact media type.
     media_type = "text/event-stream; charset=utf-8"
     headers: Mapping[str, str] = MappingProxyType({})
+    holds_back = False  # `flush` is always b"" (base.StreamEncoder)
 
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta, obj: str,
-                 id_prefix: str, null_usage: bool = True):
+                 id_prefix: str, text: tuple[bytes, bytes], null_usage: bool = True):
         head = b"".join((
             b'{"id":', orjson.dumps(id_prefix + meta.id), b',"object":"', obj.encode(), b'","created":',
             str(meta.created).encode(), b',"model":', orjson.dumps(meta.model), b',"choices":[',
@@ -111,8 +113,18 @@ class _Chunks:
         self._include_usage = req.include_usage
         self._usage: ev.Usage | None = None
         self._generated = 0
-        if req.include_usage and req.continuous_usage:
+        if continuous := req.include_usage and req.continuous_usage:
             self._chunk = self._chunk_with_usage  # type: ignore[method-assign]
+        # A chunk of text alone (no log probs or ids asked, no running usage): the bytes around
+        # its text (`text`: the choice's, in `_text`'s key order, `%d` its index) made once per
+        # choice, so a token costs one orjson.dumps of a str, not of the dicts built for it.
+        self._plain = not (req.logprobs or req.token_ids or continuous)
+        self._text_open, self._text_tail = text[0], text[1] + self._suffix
+        self._text_heads: dict[int, bytes] = {}
+
+    def _text_head(self, choice: int) -> bytes:
+        """The bytes before a text-only chunk's text, made on its choice's first."""
+        return self._text_heads.setdefault(choice, self._prefix + self._text_open % choice)
 
     def _chunk(self, choice: dict[str, Any]) -> bytes:
         return self._prefix + orjson.dumps(choice) + self._suffix
@@ -150,7 +162,8 @@ class ChatStreamEncoder(_Chunks):
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta,
                  elasticsearch: bool = False):
         super().__init__(req, meta, "chat.completion.chunk", CHAT_ID,
-                         null_usage=not elasticsearch)
+                         (b'{"index":%d,"delta":{"content":',
+                          b'},"logprobs":null,"finish_reason":null}'), not elasticsearch)
         self._started: set[int] = set()
         self._logprobs = req.logprobs
         self._token_ids = req.token_ids
@@ -165,11 +178,12 @@ class ChatStreamEncoder(_Chunks):
 
     def encode(self, e: ev.Event) -> bytes:
         match e:
+            case ev.TextDelta():  # first: nearly every event is one
+                if e.choice in self._started:
+                    return self._text(e)
+                return self._role(e.choice) + self._text(e)
             case ev.Role():
                 return self._role(e.choice)
-            case ev.TextDelta():  # the role chunk only before a choice's first (per chunk)
-                return (b"" if e.choice in self._started else self._role(e.choice)) \
-                    + self._text(e)
             case ev.ReasoningDelta():
                 return self._role(e.choice) + self._delta(e.choice, {"reasoning_content": e.text})
             case ev.ToolCallDelta():
@@ -193,6 +207,9 @@ class ChatStreamEncoder(_Chunks):
 
     def _text(self, e: ev.TextDelta) -> bytes:
         self._generated += len(e.token_ids) if e.token_ids is not None else 1
+        if self._plain and type(e.choice) is int:  # (a worker's `true` is no index 1 here)
+            return ((self._text_heads.get(e.choice) or self._text_head(e.choice))
+                    + orjson.dumps(e.text) + self._text_tail)
         c: dict[str, Any] = {"index": e.choice, "delta": {"content": e.text},
                              "logprobs": None, "finish_reason": None}
         if self._logprobs and e.logprobs is not None:
@@ -220,7 +237,8 @@ class CompletionStreamEncoder(_Chunks):
     """text_completion chunks; reasoning and tool calls have no place in this API."""
 
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta):
-        super().__init__(req, meta, "text_completion", COMPLETION_ID)
+        super().__init__(req, meta, "text_completion", COMPLETION_ID,
+                         (b'{"index":%d,"text":', b',"logprobs":null,"finish_reason":null}'))
         self._logprobs = req.logprobs
         self._token_ids = req.token_ids
         self._echo = req.echo
@@ -243,6 +261,9 @@ class CompletionStreamEncoder(_Chunks):
 
     def _text(self, e: ev.TextDelta) -> bytes:
         self._generated += len(e.token_ids) if e.token_ids is not None else 1
+        if self._plain and type(e.choice) is int:  # (a worker's `true` is no index 1 here)
+            return ((self._text_heads.get(e.choice) or self._text_head(e.choice))
+                    + orjson.dumps(e.text) + self._text_tail)
         c: dict[str, Any] = {"index": e.choice, "text": e.text, "logprobs": None,
                              "finish_reason": None}
         if self._logprobs and e.logprobs is not None:

@@ -74,3 +74,15 @@ def test_json_lines_any_cut() -> None:
             got = dec.feed(LINES[:a]) + dec.feed(LINES[a:b]) + dec.feed(LINES[b:])
             assert dec.pending
             assert got + dec.close() == [b'{"a":1}', b'{"b":', b"2}", b'{"c":3}', b'{"d":4}']
+
+
+@given(st.binary(max_size=40).filter(lambda b: b"\r" not in b),
+       st.sampled_from([b"data: ", b"data:", b"event: x\ndata: ", b": c\ndata: ", b""]))
+def test_a_read_of_one_event_reads_as_the_general_parser_reads_it(payload: bytes,
+                                                                  field: bytes) -> None:
+    """The shortcut for a read of one `data: ` line (how vLLM, TGI and trtllm-serve write each
+    token) answers what the line-by-line WHATWG reading answers, whatever the payload holds."""
+    chunk = field + payload + b"\n\n"
+    fast, general = framing.SseDecoder(), framing.SseDecoder()
+    assert fast.feed(chunk) == general._general(chunk)
+    assert fast.close() == general.close()
