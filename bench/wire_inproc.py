@@ -112,11 +112,6 @@ class FakeClient(http1.Http1Client):
         return 200, ""  # the health checks: not on this path
 
     async def _connection(self, origin: http1.Origin) -> http1.Connection:
-        idle = self.idle.get(origin)
-        while idle:
-            conn = idle.pop()
-            if conn.reusable():
-                return conn
         conn = http1.Connection(origin, self.idle)
         conn.connection_made(WorkerTransport(self.harness, conn))  # type: ignore[arg-type]
         return conn
