@@ -3,7 +3,7 @@
 by in-memory transports, S streams interleaved. Not a test.
 
     python bench/wire_inproc.py [--streams 256] [--tokens 64] [--rounds 20] [--batches 1]
-                                [--profile N] [--calls]
+                                [--whole] [--profile N] [--calls]
 
 `bench/inproc.py` runs the endpoint with a worker response that hands each part straight to
 the pump, and a client that keeps nothing: it leaves out both connections' protocol code. Here
@@ -27,6 +27,13 @@ difference in instructions by the difference in chunks:
 
     valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python bench/wire_inproc.py \\
         --streams 256 --rounds 1 --warmup 1
+
+`--whole`: each client connection sends one non-streamed chat request a round, and the
+worker's whole answer (bench/fast_upstream.py's: Content-Length, the simulator's JSON) comes
+back in one `data_received`; what is printed is then per request (one write each). Against
+`bench/inproc.py` (the endpoint alone) the difference is the two connections' per-request
+protocol code: parsing the client's request, the response head, the keep-alive cycle, the
+worker request's head, the pool, parsing the worker's answer.
 """
 
 from __future__ import annotations
@@ -105,11 +112,6 @@ class FakeClient(http1.Http1Client):
         return 200, ""  # the health checks: not on this path
 
     async def _connection(self, origin: http1.Origin) -> http1.Connection:
-        idle = self.idle.get(origin)
-        while idle:
-            conn = idle.pop()
-            if conn.reusable():
-                return conn
         conn = http1.Connection(origin, self.idle)
         conn.connection_made(WorkerTransport(self.harness, conn))  # type: ignore[arg-type]
         return conn
@@ -151,16 +153,14 @@ class Harness:
 
 
 async def run(args: argparse.Namespace) -> None:
-    _, stream = await fast_upstream.simulator_answer(args.tokens, True)
-    parts = [fast_upstream.chunked(p) for p in stream]
-    parts[-1] += b"0\r\n\r\n"
-    parts[0] = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-                b"transfer-encoding: chunked\r\n\r\n") + parts[0]
+    answers = fast_upstream.Answers(await fast_upstream.simulator_answer(args.tokens, True),
+                                    await fast_upstream.simulator_answer(args.tokens, False))
+    parts = [answers.whole] if args.whole else answers.stream_parts
     cfg = config.Config.model_validate(CONFIG)
     harness = Harness(parts, args.streams)
     app = gateway_app.build_app(cfg, client_factory=lambda _cfg: FakeClient(harness))  # type: ignore[arg-type,return-value]
     server = listener.Server(app, cfg.server)  # type: ignore[arg-type]
-    body = orjson.dumps({"model": "demo", "stream": True, "max_tokens": args.tokens,
+    body = orjson.dumps({"model": "demo", "stream": not args.whole, "max_tokens": args.tokens,
                          "messages": [{"role": "user",
                                        "content": "Say something about the benchmark."}]})
     request = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
@@ -179,8 +179,10 @@ async def run(args: argparse.Namespace) -> None:
         if args.freeze:
             gc.freeze()  # what was made so far (imports, app, connections) out of collections
         check = b"".join(harness.out)
-        if check.count(b"data: [DONE]") != args.streams or b"HTTP/1.1 200 OK" not in check:
-            raise SystemExit(f"the streams did not complete: {check[:400]!r}")
+        done = (check.count(b"HTTP/1.1 200 OK") if args.whole
+                else check.count(b"data: [DONE]"))
+        if done != args.streams or b"HTTP/1.1 200 OK" not in check:
+            raise SystemExit(f"the answers did not complete: {check[:400]!r}")
         prof = cProfile.Profile() if args.profile else None
         best = float("inf")
         writes = 0
@@ -204,13 +206,22 @@ async def run(args: argparse.Namespace) -> None:
             best = min(best, time.process_time() - t0)
             calls = counter.n if counter is not None else 0
     reads = args.rounds * args.streams * len(parts)
-    print(f"streams {args.streams}, {args.rounds} rounds, {len(parts)} worker reads and "
-          f"{writes / args.rounds / args.streams:.1f} client writes a stream: "
-          f"{best / writes * 1e6:.2f} µs CPU per chunk written, {best / reads * 1e6:.2f} per read"
-          + (f"; {calls / writes:.1f} Python calls per chunk written" if args.calls else "")
-          + f"; collections by generation {collections.runs}, "
-          f"{collections.seconds / writes * 1e6:.2f} µs a chunk (by generation: "
-          + ", ".join(f"{t / writes * 1e6:.2f}" for t in collections.by_generation) + ")")
+    if args.whole:
+        served = args.rounds * args.streams
+        print(f"whole answers on {args.streams} connections, {args.rounds} rounds, "
+              f"{writes / served:.1f} client writes a request: "
+              f"{best / served * 1e6:.2f} µs CPU per request"
+              + (f"; {calls / served:.1f} Python calls per request" if args.calls else "")
+              + f"; collections by generation {collections.runs}")
+    else:
+        print(f"streams {args.streams}, {args.rounds} rounds, {len(parts)} worker reads and "
+              f"{writes / args.rounds / args.streams:.1f} client writes a stream: "
+              f"{best / writes * 1e6:.2f} µs CPU per chunk written, "
+              f"{best / reads * 1e6:.2f} per read"
+              + (f"; {calls / writes:.1f} Python calls per chunk written" if args.calls else "")
+              + f"; collections by generation {collections.runs}, "
+              f"{collections.seconds / writes * 1e6:.2f} µs a chunk (by generation: "
+              + ", ".join(f"{t / writes * 1e6:.2f}" for t in collections.by_generation) + ")")
     if prof is not None:
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats(os.environ.get("SORT", "tottime")).print_stats(
@@ -257,6 +268,9 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batches", type=int, default=1,
                    help="run the rounds this many times; report the least CPU")
+    p.add_argument("--whole", action="store_true",
+                   help="one non-streamed request a connection a round, the worker's whole "
+                        "answer in one read; figures per request")
     p.add_argument("--freeze", action="store_true",
                    help="gc.freeze() after the warm-up (an experiment)")
     p.add_argument("--gc-threshold", type=int, default=0, metavar="N",

@@ -255,6 +255,9 @@ class Http1Response:
             conn.transport.resume_reading()
 
     async def read(self) -> bytes:
+        conn = self._conn
+        if conn.complete and not conn.paused:  # it came whole with its head: no reads to wait
+            return conn.take() if conn.chunks else b""
         parts = []
         while data := await self.read_chunk():
             parts.append(data)
@@ -320,14 +323,13 @@ class Http1Client:
         origin, path, lines = self.target(req.url)
         if "host" in req.headers:  # an address a DNS name stands for: the name's (resolver)
             lines = lines[lines.index(b"\n") + 1:]  # the URL's Host line is the first
-        head = [b"%s %s HTTP/1.1\r\n" % (req.method.encode(), path), lines]
         # latin-1: what the gateway passes on from its client (x-request-id, traceparent) was
         # read as latin-1, so the worker gets the client's bytes (RFC 9110 section 5.5)
-        head += [f"{k}: {v}\r\n".encode("latin-1") for k, v in req.headers.items()]
-        head.append(b"content-length: %d\r\n\r\n" % len(req.body))
-        wire = b"".join(head) + req.body
+        fields = b"".join([f"{k}: {v}\r\n".encode("latin-1") for k, v in req.headers.items()])
+        wire = b"%s %s HTTP/1.1\r\n%s%scontent-length: %d\r\n\r\n%s" % (
+            req.method.encode(), path, lines, fields, len(req.body), req.body)
         while True:
-            conn = await self._connection(origin)
+            conn = self._pooled(origin) or await self._connection(origin)
             reused = conn.used > 0
             conn.prepare()
             try:
@@ -345,12 +347,15 @@ class Http1Client:
                 conn.close()
                 raise
 
-    async def _connection(self, origin: Origin) -> Connection:
+    def _pooled(self, origin: Origin) -> Connection | None:  # an idle one that can take a request
         idle = self.idle.get(origin)
         while idle:
             conn = idle.pop()
             if conn.reusable():
                 return conn
+        return None
+
+    async def _connection(self, origin: Origin) -> Connection:
         host, port, tls = origin
         loop = asyncio.get_running_loop()
         try:

@@ -100,8 +100,7 @@ class Connection(asyncio.Protocol):
         self._coded = False  # it names a transfer coding other than chunked
         self._framed = False  # it has a Transfer-Encoding field
         self._timer: deadline.Timeouts | None = None  # the one this connection is armed in
-        self._paused = False
-        self._closed = False
+        self._paused = self._closed = self._heading = False  # _heading: a head not yet whole
         self._upgraded = False  # the parser stopped at an Upgrade request (we do not follow)
         self._ended = False  # no more requests are parsed: upgraded, a final one, a bad one
         self._refusal: bytes | None = None  # sent, then the close, once the answers are done
@@ -148,6 +147,8 @@ class Connection(asyncio.Protocol):
                 self._reject(400, "Invalid HTTP request received.", repr(exc.__context__))
         except httptools.HttpParserError as exc:
             self._reject(400, "Invalid HTTP request received.", str(exc))
+        if self._heading and self._timer is None:  # a head cut by its first read: its deadline
+            self._arm(self.server.head_timeout, self._head_timeout)
 
     def pause_writing(self) -> None:
         self.writable = False
@@ -173,7 +174,8 @@ class Connection(asyncio.Protocol):
         self._head_size = 0
         self._hosts = 0
         self._coded = self._framed = False
-        self._arm(self.server.head_timeout, self._head_timeout)
+        self._heading = True  # most heads are whole in one read: no deadline armed for them
+        self._disarm()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -199,6 +201,7 @@ class Connection(asyncio.Protocol):
         self._headers.append((low, value))
 
     def on_headers_complete(self) -> None:
+        self._heading = False
         self._disarm()
         parser = self.parser
         version = parser.get_http_version()

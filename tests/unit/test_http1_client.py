@@ -120,6 +120,36 @@ async def test_keep_alive_reuses_one_connection_and_frames_the_request() -> None
                          b"content-length: 7\r\n\r\n{\"a\":1}")
 
 
+async def test_a_body_here_whole_with_its_head_reads_as_every_piece_joined() -> None:
+    """`read` takes a body that came whole with its head (a chunked one in several `on_body`
+    pieces, an empty one) without waiting on a read: the same bytes as reading it piece by
+    piece, and the connection goes back to the pool. Framing as RFC 9112 sections 6.3 and 7.1
+    (a zero-length Content-Length body; chunks, then the last chunk)."""
+    answers = [b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+               b"3\r\nabc\r\n2\r\nde\r\n1\r\nf\r\n0\r\n\r\n",
+               b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"]
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        for raw in answers:
+            await read_request(r)
+            w.write(raw)  # one write: the head and the whole body in one read, on loopback
+
+    srv = Server(handler)
+    async with srv as url:
+        client = http1.Http1Client(2.0)
+        bodies = []
+        for _ in answers:
+            resp = await client.send(post(url))
+            async with asyncio.timeout(5):
+                while not resp._conn.complete:
+                    await asyncio.sleep(0)
+            bodies.append(await resp.read())
+            resp.close_now()
+        await client.aclose()
+    assert bodies == [b"abcdef", b""]
+    assert srv.connections == 1
+
+
 async def test_a_clients_request_id_reaches_the_worker_byte_for_byte() -> None:
     """The gateway reads its client's fields as latin-1 (obs-text, RFC 9110 section 5.5); the
     x-request-id it passes on is the client's bytes, not their UTF-8 re-encoding."""
