@@ -251,9 +251,9 @@ def start_gateway(procs: Processes, tmp: Path, variant: dict[str, Any], sim_port
         cmd += ["--client", variant["client"]]
     if variant["quiet"]:
         cmd.append("--quiet")
-    env = None
-    if variant.get("root"):  # another checkout's gateway: its packages first on the path
-        env = {**os.environ, "PYTHONPATH": str(root)}
+    # its own checkout's packages first on the path (this one's too: an editable install in
+    # the venv may point at another tree)
+    env = {**os.environ, "PYTHONPATH": str(root)}
     proc = procs.start("gateway", cmd, args.proxy_core, tmp / f"{variant['label']}-{port}.log",
                        env=env)
     wait_healthy(proc, f"http://127.0.0.1:{port}/health")
