@@ -27,15 +27,13 @@ Framing = Literal["documented", "server"]
 
 # ServerSentEventsRestActionListener.ServerSentEventSpec.BOM, written before every event.
 BOM = "\ufeff".encode()
-# RestController.ELASTIC_PRODUCT_HTTP_HEADER: on every Elasticsearch response; elasticsearch-py
-# refuses a 2xx without it (`_base.py`, UnsupportedProductError).
+# RestController.ELASTIC_PRODUCT_HTTP_HEADER: elasticsearch-py refuses a 2xx without it
 PRODUCT_HEADERS: Mapping[str, str] = MappingProxyType({"x-elastic-product": "Elasticsearch"})
 # ServerSentEventSpec.MIME_TYPE.
 SSE_MEDIA_TYPE = "text/event-stream"
 JSON_MEDIA_TYPE = "application/json"
 
-# Elasticsearch copies the provider's `finish_reason`; the OpenAI names are what its OpenAI
-# service passes through (wire-formats.md section 9).
+# The provider's `finish_reason`, in OpenAI's names (wire-formats.md section 9)
 FINISH = openai_encode.FINISH
 
 # RestStatus names, which UnifiedChatCompletionException.fromThrowable lower-cases into `code`.
@@ -47,8 +45,7 @@ _STATUS_NAMES = {
     503: "service_unavailable", 504: "gateway_timeout",
 }
 
-# The Elasticsearch exception each gateway error stands for, named as
-# ElasticsearchException.getExceptionName writes it (snake case, `Elasticsearch` dropped).
+# The Elasticsearch exception of each gateway error (ElasticsearchException.getExceptionName)
 _ES_TYPES: dict[type[errors.GatewayError], str] = {
     errors.InvalidRequest: "illegal_argument_exception",
     errors.Unauthorized: "security_exception",
@@ -146,11 +143,14 @@ class ChatStreamEncoder:
 
     def encode(self, e: ev.Event) -> bytes:
         match e:
+            case ev.TextDelta():  # first: nearly every event is one
+                self._generated += len(e.token_ids) if e.token_ids is not None else 1
+                if type(e.choice) is not int:  # else one dumps of the text (`true` is no index 1)
+                    return self._delta(e.choice, {"content": e.text})
+                return self._role(e.choice) + b'%s{"delta":{"content":%s},"index":%d}%s%s' % (
+                    self._prefix, orjson.dumps(e.text), e.choice, self._tail, self._end)
             case ev.Role():
                 return self._role(e.choice)
-            case ev.TextDelta():
-                self._generated += len(e.token_ids) if e.token_ids is not None else 1
-                return self._delta(e.choice, {"content": e.text})
             case ev.ReasoningDelta():
                 return self._delta(e.choice, {"reasoning": e.text})  # Delta.reasoning
             case ev.ToolCallDelta():

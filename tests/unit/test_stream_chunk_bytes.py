@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters import base
-from adapters.frontends import openai_encode
+from adapters.frontends import elastic_encode, openai_encode
 from schemas import canonical
 from schemas import events as ev
 
@@ -87,3 +87,31 @@ def test_encoders_that_say_they_hold_nothing_back_flush_nothing() -> None:
         for e in EVENTS:
             enc.encode(e)
             assert enc.flush() == b""
+
+
+class _DictBuiltElastic(elastic_encode.ChatStreamEncoder):
+    """Elastic's chat encoder writing a text chunk from its dict, as its other chunks."""
+
+    def encode(self, e: ev.Event) -> bytes:
+        if isinstance(e, ev.TextDelta):
+            self._generated += len(e.token_ids) if e.token_ids is not None else 1
+            return self._delta(e.choice, {"content": e.text})
+        return super().encode(e)
+
+
+@given(texts=st.lists(st.tuples(st.one_of(st.integers(0, 3), st.booleans(), st.just(1.0),
+                                          st.just("0")), JSON_VALUES), max_size=8),
+       framing=st.sampled_from(["documented", "server"]))
+def test_elastic_text_chunks_equal_the_dict_built_ones(texts: list[tuple[Any, Any]],
+                                                       framing: elastic_encode.Framing) -> None:
+    """Elastic's chat chunks (Elasticsearch's StreamingUnifiedChatCompletionResults
+    ChatCompletionChunk: `delta` then `index`, the role chunk before a choice's first): a text
+    chunk's bytes around one dumps of its text are the dict-built chunk's, in both framings."""
+    fast = elastic_encode.ChatStreamEncoder(META, framing)
+    slow = _DictBuiltElastic(META, framing)
+    for choice, text in texts:
+        assert _outcome(fast, ev.TextDelta(choice, text)) == \
+            _outcome(slow, ev.TextDelta(choice, text))
+    fast.encode(ev.Usage(3, 4))
+    slow.encode(ev.Usage(3, 4))
+    assert fast.finish() == slow.finish()
