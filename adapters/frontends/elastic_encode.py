@@ -25,12 +25,10 @@ from schemas import events as ev
 
 Framing = Literal["documented", "server"]
 
-# ServerSentEventsRestActionListener.ServerSentEventSpec.BOM, written before every event.
-BOM = "\ufeff".encode()
+BOM = "\ufeff".encode()  # ServerSentEventsRestActionListener's, before every event
 # RestController.ELASTIC_PRODUCT_HTTP_HEADER: elasticsearch-py refuses a 2xx without it
 PRODUCT_HEADERS: Mapping[str, str] = MappingProxyType({"x-elastic-product": "Elasticsearch"})
-# ServerSentEventSpec.MIME_TYPE.
-SSE_MEDIA_TYPE = "text/event-stream"
+SSE_MEDIA_TYPE = "text/event-stream"  # ServerSentEventSpec.MIME_TYPE
 JSON_MEDIA_TYPE = "application/json"
 
 # The provider's `finish_reason`, in OpenAI's names (wire-formats.md section 9)
@@ -112,6 +110,7 @@ class ChatStreamEncoder:
 
     media_type = SSE_MEDIA_TYPE
     headers: Mapping[str, str] = PRODUCT_HEADERS
+    holds_back = False  # `flush` is always b"" (base.StreamEncoder)
 
     def __init__(self, meta: base.ResponseMeta, framing: Framing):
         self._framing = framing
@@ -188,6 +187,7 @@ class CompletionStreamEncoder:
 
     media_type = SSE_MEDIA_TYPE
     headers: Mapping[str, str] = PRODUCT_HEADERS
+    holds_back = False  # `flush` is always b"" (base.StreamEncoder)
 
     def __init__(self, framing: Framing):
         self._framing = framing

@@ -81,7 +81,9 @@ EVENTS: list[ev.Event] = [ev.Role(0), ev.TextDelta(0, "a"), ev.ReasoningDelta(0,
 def test_encoders_that_say_they_hold_nothing_back_flush_nothing() -> None:
     req = canonical.InferenceRequest(prompts=["p"], stream=True, include_usage=True)
     encoders = [openai_encode.ChatStreamEncoder(req, META),
-                openai_encode.CompletionStreamEncoder(req, META)]
+                openai_encode.CompletionStreamEncoder(req, META),
+                elastic_encode.ChatStreamEncoder(META, "server"),
+                elastic_encode.CompletionStreamEncoder("documented")]
     for enc in encoders:
         assert enc.holds_back is False
         for e in EVENTS:
