@@ -62,8 +62,9 @@ def clients(case: dict[str, Any], args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- processes
 
 
-def pinned(cmd: list[str], core: int | None) -> list[str]:
-    """`taskset -c CORE cmd`: taskset execs, so the pid we get is the command's own."""
+def pinned(cmd: list[str], core: int | str | None) -> list[str]:
+    """`taskset -c CORE cmd` (CORE: one core, or a list such as `0-3`): taskset execs, so the
+    pid we get is the command's own."""
     return cmd if core is None else ["taskset", "-c", str(core), *cmd]
 
 
@@ -128,7 +129,7 @@ class Processes:
     def __init__(self) -> None:
         self.running: list[Proc] = []
 
-    def start(self, name: str, cmd: list[str], core: int | None, log: Path,
+    def start(self, name: str, cmd: list[str], core: int | str | None, log: Path,
               env: dict[str, str] | None = None) -> Proc:
         with open(log, "wb") as out:
             popen = subprocess.Popen(pinned(cmd, core), stdout=out, stderr=subprocess.STDOUT,
@@ -223,7 +224,8 @@ def start_simulator(procs: Processes, tmp: Path, case: dict[str, Any], args: arg
                 "--itl-ms", f"{case['itl_ms']:g}", "--tokens", str(args.tokens)]
     cmd = ([PY, str(HERE / "fast_upstream.py")] if args.upstream == "fast"
            else [PY, "-m", "simulator"]) + settings
-    proc = procs.start("simulator", cmd, args.load_core, tmp / f"simulator-{port}.log")
+    proc = procs.start("simulator", cmd, args.load_core, tmp / f"simulator-{port}.log",
+                       env=with_path(ROOT))
     wait_healthy(proc, f"http://127.0.0.1:{port}/health")
     return proc
 
@@ -240,6 +242,12 @@ def gateway_config(tmp: Path, sim_port: int, port: int) -> Path:
     return path
 
 
+def with_path(root: Path) -> dict[str, str]:
+    """This environment with `root` first on PYTHONPATH (what was there stays after it)."""
+    return {**os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+
+
 def start_gateway(procs: Processes, tmp: Path, variant: dict[str, Any], sim_port: int,
                   args: argparse.Namespace) -> tuple[Proc, int]:
     port = free_port()
@@ -253,7 +261,7 @@ def start_gateway(procs: Processes, tmp: Path, variant: dict[str, Any], sim_port
         cmd.append("--quiet")
     # its own checkout's packages first on the path (this one's too: an editable install in
     # the venv may point at another tree)
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    env = with_path(root)
     proc = procs.start("gateway", cmd, args.proxy_core, tmp / f"{variant['label']}-{port}.log",
                        env=env)
     wait_healthy(proc, f"http://127.0.0.1:{port}/health")
@@ -261,7 +269,7 @@ def start_gateway(procs: Processes, tmp: Path, variant: dict[str, Any], sim_port
 
 
 NGINX_CONF = """\
-worker_processes 1;
+worker_processes {workers};
 {user}
 daemon off;
 master_process on;
@@ -278,7 +286,7 @@ http {{
     keepalive_requests 1000000;
     keepalive_timeout 75s;
     upstream worker {{
-        server 127.0.0.1:{sim_port};
+        {servers}
         keepalive 256;
         keepalive_requests 1000000;
     }}
@@ -298,16 +306,24 @@ http {{
 
 def start_nginx(procs: Processes, tmp: Path, sim_port: int, quiet: bool,
                 args: argparse.Namespace) -> tuple[Proc, int]:
+    return start_nginx_on(procs, tmp, [sim_port], quiet, args.proxy_core)
+
+
+def start_nginx_on(procs: Processes, tmp: Path, sim_ports: list[int], quiet: bool,
+                   cores: int | str, workers: int = 1) -> tuple[Proc, int]:
+    """nginx with `workers` worker processes on `cores`, proxying to every port of
+    `sim_ports` (round robin)."""
     port = free_port()
     ndir = tmp / f"nginx-{port}"
     ndir.mkdir()
     conf = ndir / "nginx.conf"
     access = "access_log off;" if quiet else f"access_log {ndir}/access.log;"
     user = "user root;" if os.geteuid() == 0 else ""
-    conf.write_text(NGINX_CONF.format(tmp=ndir, sim_port=sim_port, port=port,
+    servers = " ".join(f"server 127.0.0.1:{p};" for p in sim_ports)
+    conf.write_text(NGINX_CONF.format(tmp=ndir, servers=servers, port=port, workers=workers,
                                       access_log=access, user=user))
     # -g 'daemon off;' is in the file itself (nginx refuses it twice)
-    proc = procs.start("nginx", ["nginx", "-c", str(conf), "-p", str(ndir)], args.proxy_core,
+    proc = procs.start("nginx", ["nginx", "-c", str(conf), "-p", str(ndir)], cores,
                        ndir / "stdout.log")
     wait_healthy(proc, f"http://127.0.0.1:{port}/health")
     proc.extra_pids = [p for p in process_tree(proc.pid) if p != proc.pid]
@@ -566,6 +582,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def cpu_model() -> str:
+    """The processor's name (/proc/cpuinfo), to name the machine beside its figures."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def source_state() -> dict[str, Any]:
     """The commit measured and whether the tree had local changes (read-only git calls)."""
     def git(*a: str) -> str:
@@ -674,7 +702,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python", "bench/bench.py", *(argv or sys.argv[1:])]),
         "args": dict(vars(args)),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform(), "load": os.getloadavg()},
+                    "platform": platform.platform(), "load": os.getloadavg(),
+                    "processor": cpu_model()},
         "source": source_state(),
         "cases": {},
     }
