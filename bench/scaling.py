@@ -2,15 +2,15 @@
 `gateway serve --workers N` for several N, side by side with nginx at `worker_processes N`,
 in one run.
 
-    python bench/scaling.py                         # workers 1,2,4 on the first 4 cores
+    python bench/scaling.py                         # workers 1,2,4, on cores 1-4 of 16
     python bench/scaling.py --workers 1,2 --case stream-saturated --repeat 3
 
 Layout: the proxy under test on the first N of `--proxy-cores` (`taskset -c`: the kernel
 places its N processes there); one static upstream (bench/fast_upstream.py) on each of
 `--upstream-cores`, all of them in the proxy's rotation (round robin); one load generator
 (bench/loadgen.py) on each of `--load-cores`, the case's clients spread over them. By default
-the cores are the usable ones in order: max(N) for the proxy, as many for the upstreams, the
-rest (up to twice max(N)) for the load, so that neither upstream nor load caps the proxy
+the cores are the usable ones in order (core 0 left out where there are enough): max(N) for
+the proxy, as many for the upstreams, the rest (up to twice max(N)) for the load, so that neither upstream nor load caps the proxy
 (their share of their cores is printed: near 100% means they did). Clients: `--clients` per
 serving process, so that every process has as much to do at every N.
 
@@ -56,10 +56,14 @@ def cpus(cores: list[int]) -> str:
 
 def default_layout(usable: list[int], most: int) -> tuple[list[int], list[int], list[int]]:
     """(proxy, upstream, load) cores: `most` each for the proxy and the upstreams, then up to
-    2 * `most` for the load; fewer cores than 2 * most + 1 cannot keep them apart."""
+    2 * `most` for the load; fewer cores than 2 * most + 1 cannot keep them apart. Core 0,
+    where the kernel's housekeeping and many interrupts land, is left out when there are
+    cores enough without it."""
     if len(usable) < 2 * most + 1:
         raise SystemExit(f"{len(usable)} usable cores: workers {most} needs {2 * most + 1} "
                          "(or name --proxy-cores, --upstream-cores, --load-cores)")
+    if usable[0] == 0 and len(usable) > 2 * most + 1:
+        usable = usable[1:]
     return (usable[:most], usable[most:2 * most], usable[2 * most:4 * most])
 
 

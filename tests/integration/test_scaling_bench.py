@@ -28,8 +28,9 @@ def test_core_lists_read_as_taskset_writes_them() -> None:
 def test_the_default_layout_keeps_proxy_upstreams_and_load_apart() -> None:
     scaling = load_scaling()
     assert scaling.default_layout(list(range(16)), 4) == (
-        [0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14, 15])
+        [1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15])  # core 0 left to the kernel
     assert scaling.default_layout(list(range(5)), 2) == ([0, 1], [2, 3], [4])
+    assert scaling.default_layout([2, 3, 5, 7, 8, 9], 2) == ([2, 3], [5, 7], [8, 9])
     with pytest.raises(SystemExit, match="needs 5"):
         scaling.default_layout(list(range(4)), 2)
 
