@@ -147,6 +147,7 @@ def load(port: int, case: dict[str, Any], total: int, load_cores: list[int], wat
         "ttft_ms_p50": first["ttft_ms"]["p50"],
         "proxy_cpu_us_per_request": proxy_cpu * 1e6 / (req_per_s * window) if req_per_s else None,
         "proxy_cores_busy": proxy_cpu / window,
+        "proxy_sys_share": (first["proxy_sys_s"] or 0.0) / proxy_cpu if proxy_cpu else None,
         "upstream_core_share": (first["also_cpu_s"] or 0.0) / window / max(1, len(upstream_pids)),
         "load_core_share": sum(r["loadgen_cpu_s"] / r["window_s"] for r in results) / len(results),
         "clients": total,
@@ -157,7 +158,7 @@ def table(case_name: str, rows: dict[str, list[dict[str, Any]]], args: argparse.
     lines = [f"### {case_name}  ({args.clients} clients a serving process, {args.duration:g} s, "
              f"{args.tokens} tokens, {args.repeat} run(s) each: mean, and each run)", "",
              "| target | N | req/s | runs | / N=1 | proxy CPU µs/req | proxy cores busy "
-             "| upstream core | load core | p50 latency (ms) | errors |",
+             "(kernel share) | upstream core | load core | p50 latency (ms) | errors |",
              "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     base: dict[str, float] = {}
     for label, runs in rows.items():
@@ -166,12 +167,13 @@ def table(case_name: str, rows: dict[str, list[dict[str, Any]]], args: argparse.
         base.setdefault(target, mean if n == "1" else 0.0)
         ratio = f"{mean / base[target]:.2f}" if base[target] else "–"
         avg = {k: sum(r[k] or 0.0 for r in runs) / len(runs)
-               for k in ("proxy_cpu_us_per_request", "proxy_cores_busy", "upstream_core_share",
-                         "load_core_share", "latency_ms_p50")}
+               for k in ("proxy_cpu_us_per_request", "proxy_cores_busy", "proxy_sys_share",
+                         "upstream_core_share", "load_core_share", "latency_ms_p50")}
         each = " / ".join(format(r["req_per_s"], ",.0f") for r in runs)
         lines.append(
             f"| {target} | {n} | {mean:,.0f} | {each} "
             f"| {ratio} | {avg['proxy_cpu_us_per_request']:.1f} | {avg['proxy_cores_busy']:.2f} "
+            f"({avg['proxy_sys_share'] * 100:.0f}%) "
             f"| {avg['upstream_core_share'] * 100:.0f}% | {avg['load_core_share'] * 100:.0f}% "
             f"| {avg['latency_ms_p50']:.2f} | {sum(r['errors'] for r in runs)} |")
     return "\n".join(lines)

@@ -38,6 +38,7 @@ def test_the_default_layout_keeps_proxy_upstreams_and_load_apart() -> None:
 def test_the_table_relates_each_n_to_n_equal_one() -> None:
     scaling = load_scaling()
     run = {"req_per_s": 1000.0, "proxy_cpu_us_per_request": 100.0, "proxy_cores_busy": 1.0,
+           "proxy_sys_share": 0.1,
            "upstream_core_share": 0.1, "load_core_share": 0.2, "latency_ms_p50": 1.0,
            "errors": 0}
     rows = {"gateway-1": [run], "gateway-2": [{**run, "req_per_s": 1900.0},
@@ -45,7 +46,7 @@ def test_the_table_relates_each_n_to_n_equal_one() -> None:
     args = scaling.parse_args(["--workers", "1,2", "--proxy-cores", "0,1",
                                "--upstream-cores", "0", "--load-cores", "1", "--repeat", "2"])
     lines = scaling.table("whole-saturated", rows, args).splitlines()
-    assert lines[-2].startswith("| gateway | 1 | 1,000 | 1,000 | 1.00 |")
+    assert lines[-2].startswith("| gateway | 1 | 1,000 | 1,000 | 1.00 | 100.0 | 1.00 (10%) |")
     assert lines[-1].startswith("| gateway | 2 | 1,800 | 1,900 / 1,700 | 1.80 |")
 
 
