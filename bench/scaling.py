@@ -117,6 +117,8 @@ def load(port: int, case: dict[str, Any], total: int, load_cores: list[int], wat
                "--max-tokens", str(args.tokens)]
         if case["stream"]:
             cmd.append("--stream")
+        if case["itl_ms"] or case["ttft_ms"]:  # paced: arrivals spread over one request's time
+            cmd += ["--stagger", f"{(case['ttft_ms'] + case['itl_ms'] * args.tokens) / 1000:g}"]
         if i == 0:
             cmd += [a for pid in watch for a in ("--watch-pid", str(pid))]
             cmd += [a for pid in upstream_pids for a in ("--also-pid", str(pid))]
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     os.sched_setaffinity(0, set(args.load_cores))
     report: dict[str, Any] = {
         "command": " ".join(["python", "bench/scaling.py", *(argv or sys.argv[1:])]),
-        "args": {k: v for k, v in vars(args).items()},
+        "args": dict(vars(args)),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform(), "processor": harness.cpu_model()},
         "source": harness.source_state(), "rows": {},
