@@ -277,7 +277,10 @@ class Upstreams:
 
     def _least_request(self, urls: list[str]) -> list[str]:
         """Power of two choices: the lighter of two random upstreams, then the rest by load."""
-        a, b = random.sample(urls, 2)
+        n = len(urls)  # two distinct ones, uniformly: random.sample's draw, without its
+        i = int(random.random() * n)  # microsecond of Python checks a request
+        j = int(random.random() * (n - 1))
+        a, b = urls[i], urls[j + (j >= i)]
         first = a if self._load(a) <= self._load(b) else b
         rest = sorted((u for u in urls if u != first), key=self._load)
         return [first, *rest]
