@@ -343,16 +343,23 @@ def start_python_floor(procs: Processes, tmp: Path, mode: str, sim_port: int,
 # ---------------------------------------------------------------- one measurement
 
 
-def measure(port: int, case: dict[str, Any], watch: list[int], sim_pid: int,
-            args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    cmd = [PY, str(HERE / "loadgen.py"), "--port", str(port), "--concurrency",
-           str(clients(case, args)), "--warmup", str(args.warmup), "--duration", str(args.duration),
-           "--max-tokens", str(args.tokens), "--client", args.loadgen,
-           "--also-pid", str(sim_pid)]
+def loadgen_command(port: int, case: dict[str, Any], clients: int,
+                    args: argparse.Namespace) -> list[str]:
+    """bench/loadgen.py for `case` with `clients` on `port`, as `args` time it (bench/scaling.py
+    too); the caller adds the processes it watches."""
+    cmd = [PY, str(HERE / "loadgen.py"), "--port", str(port), "--concurrency", str(clients),
+           "--warmup", str(args.warmup), "--duration", str(args.duration),
+           "--max-tokens", str(args.tokens), "--client", getattr(args, "loadgen", "httptools")]
     if case["stream"]:
         cmd.append("--stream")
     if case["itl_ms"] or case["ttft_ms"]:  # paced: spread arrivals over one request's time
         cmd += ["--stagger", f"{(case['ttft_ms'] + case['itl_ms'] * args.tokens) / 1000:g}"]
+    return cmd
+
+
+def measure(port: int, case: dict[str, Any], watch: list[int], sim_pid: int,
+            args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    cmd = loadgen_command(port, case, clients(case, args), args) + ["--also-pid", str(sim_pid)]
     for pid in watch:
         cmd += ["--watch-pid", str(pid)]
     limit = args.warmup + args.duration + 60

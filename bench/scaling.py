@@ -112,13 +112,7 @@ def load(port: int, case: dict[str, Any], total: int, load_cores: list[int], wat
     for i, (core, n) in enumerate(zip(load_cores, share)):
         if n == 0:
             continue
-        cmd = [PY, str(HERE / "loadgen.py"), "--port", str(port), "--concurrency", str(n),
-               "--warmup", str(args.warmup), "--duration", str(args.duration),
-               "--max-tokens", str(args.tokens)]
-        if case["stream"]:
-            cmd.append("--stream")
-        if case["itl_ms"] or case["ttft_ms"]:  # paced: arrivals spread over one request's time
-            cmd += ["--stagger", f"{(case['ttft_ms'] + case['itl_ms'] * args.tokens) / 1000:g}"]
+        cmd = harness.loadgen_command(port, case, n, args)
         if i == 0:
             cmd += [a for pid in watch for a in ("--watch-pid", str(pid))]
             cmd += [a for pid in upstream_pids for a in ("--also-pid", str(pid))]
