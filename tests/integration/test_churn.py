@@ -13,6 +13,7 @@ Random choices come from a seeded generator; what is asserted are invariants, ne
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -132,31 +133,75 @@ async def drive(port: int, specs: list[churn.Spec], at: dict[float, Callable[[],
     return list(results)
 
 
-def open_fds(pid: int, port: int) -> int:
+TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
+              "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK",
+              "0A": "LISTEN", "0B": "CLOSING"}
+
+
+def counted_fds(pid: int, port: int) -> list[str]:
     """Open descriptors, less the established connections the gateway opened to its workers
     (the upstream pool keeps idle ones for reuse for as long as each worker keeps them): a
-    client connection (local `port`), a half-closed one or any other descriptor counts."""
-    pooled = set()
+    client connection (local `port`), a half-closed one or any other descriptor counts. Each
+    is described (a socket by its TCP state and ports), for the failure's message."""
+    sockets: dict[str, str] = {}
     for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
         f = line.split()
-        if f[3] == "01" and int(f[1].rsplit(":", 1)[1], 16) != port:  # ESTABLISHED, outgoing
-            pooled.add(f"socket:[{f[9]}]")
-    fds = []
+        local, remote = (int(a.rsplit(":", 1)[1], 16) for a in (f[1], f[2]))
+        state = TCP_STATES.get(f[3], f[3])
+        if state == "ESTABLISHED" and local != port:  # outgoing: pooled
+            sockets[f"socket:[{f[9]}]"] = ""
+        else:
+            sockets[f"socket:[{f[9]}]"] = f"tcp {state} {local}->{remote}"
+    described = []
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
-            fds.append(os.readlink(fd))
+            target = os.readlink(fd)
         except OSError:  # closed meanwhile
             continue
-    return sum(1 for target in fds if target not in pooled)
+        what = sockets.get(target, target)
+        if what:
+            described.append(what)
+    return described
+
+
+def open_fds(pid: int, port: int) -> int:
+    return len(counted_fds(pid, port))
 
 
 def serving_pids(gw: procs.Proc, workers: int) -> list[int]:
+    """The serving processes: the parent's spawned children, not multiprocessing's resource
+    tracker, which is a child too (counting it once stood for a process not yet spawned)."""
     if workers == 1:
         return [gw.pid]
     deadline = time.monotonic() + 10
-    while len(pids := procs.children_of(gw.pid)) < workers and time.monotonic() < deadline:
+    while True:
+        pids = [p for p in procs.children_of(gw.pid) if "spawn_main" in procs.cmdline(p)]
+        if len(pids) >= workers or time.monotonic() > deadline:
+            return pids
         time.sleep(0.05)
-    return pids
+
+
+def warm_every_process(gw: procs.Proc, port: int, pids: list[int]) -> None:
+    """A few requests of each model, in rounds, until every serving process has answered one
+    (its log line names its pid): the descriptors counted at the start must be a started
+    process's. A process the parent has just spawned is still importing (8 descriptors
+    against 27 once serving, as CI once measured) while the other, already serving, answers
+    /health and the first round."""
+    deadline = time.monotonic() + 20
+    for round_ in itertools.count():
+        warm = [churn.Spec(f"warm-{round_}-{i}", "/v1/chat/completions",
+                           {"model": m, "messages": [{"role": "user", "content": "hi"}],
+                            "max_tokens": 2}, "openai_json", "full", 0)
+                for i, m in enumerate(["chat", "chat", "tgifake", "tgifake"])]
+        for r in asyncio.run(drive(port, warm, {})):
+            assert churn.judge(r) is None and r.status == 200, (r.status, r.body)
+        time.sleep(0.1)  # the log lines of the round
+        lines = [json.loads(line) for line in gw.log.read_text().splitlines()
+                 if line.startswith("{")]
+        served = {obj.get("pid") for obj in lines if obj.get("event") == "request"}
+        if len(pids) == 1 or served >= set(pids):
+            return
+        assert time.monotonic() < deadline, f"processes {pids}; answered from {served}"
 
 
 def rest_state(url: str, pids: list[int], fds0: dict[int, int]) -> list[str]:
@@ -174,7 +219,8 @@ def rest_state(url: str, pids: list[int], fds0: dict[int, int]) -> list[str]:
         wrong.append(f"/health {status}")
     for pid in pids:
         if (n := open_fds(pid, port)) > fds0[pid] + FD_SLACK:
-            wrong.append(f"pid {pid}: {n} open descriptors, {fds0[pid]} at the start")
+            kinds = Counter(counted_fds(pid, port)).most_common()
+            wrong.append(f"pid {pid}: {n} open descriptors, {fds0[pid]} at the start: {kinds}")
     return wrong
 
 
@@ -200,12 +246,7 @@ def test_after_churn_every_answer_is_whole_and_the_gateway_is_at_rest(
     port = int(url.rsplit(":", 1)[1])
     try:
         pids = serving_pids(gw, processes)
-        warm = [churn.Spec(f"warm-{i}", "/v1/chat/completions",
-                           {"model": m, "messages": [{"role": "user", "content": "hi"}],
-                            "max_tokens": 2}, "openai_json", "full", 0)
-                for i, m in enumerate(["chat", "chat", "tgifake"])]
-        for r in asyncio.run(drive(port, warm, {})):
-            assert churn.judge(r) is None and r.status == 200, (r.status, r.body)
+        warm_every_process(gw, port, pids)
         time.sleep(0.2)
         fds0 = {pid: open_fds(pid, port) for pid in pids}
         specs = [churn.make(rng, i, f"c{processes}", "tgifake")
