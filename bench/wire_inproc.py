@@ -212,7 +212,8 @@ async def run(args: argparse.Namespace) -> None:
               f"{writes / served:.1f} client writes a request: "
               f"{best / served * 1e6:.2f} µs CPU per request"
               + (f"; {calls / served:.1f} Python calls per request" if args.calls else "")
-              + f"; collections by generation {collections.runs}")
+              + f"; collections by generation {collections.runs}, "
+              f"{collections.seconds / served * 1e6:.2f} µs a request")
     else:
         print(f"streams {args.streams}, {args.rounds} rounds, {len(parts)} worker reads and "
               f"{writes / args.rounds / args.streams:.1f} client writes a stream: "

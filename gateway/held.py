@@ -71,7 +71,7 @@ def _mutex(value: Any) -> MutexValue | None:
         and isinstance(getattr(value, "_value", None), float) else None
 
 
-_TWO_DOUBLES = struct.Struct("dd").pack  # a multiprocess file's value and its timestamp
+_TWO_DOUBLES = struct.Struct("dd").pack_into  # a multiprocess file's value and timestamp
 _files_ours = True  # False in a child forked from this process: prometheus_client's `inc`
 
 
@@ -101,14 +101,13 @@ def _filed(value: Any) -> Any | None:
 def _file_add(value: Any, amount: float) -> None:
     """`MmapedValue.inc(amount)` of a value `_filed` took: the sum, then its 16 bytes (the
     value and a 0.0 timestamp) written where `MmapedDict.write_value` writes them, by one
-    slice assignment as it does. Its lock is for threads, and the event loop's is the only
+    `pack_into` as it does. Its lock is for threads, and the event loop's is the only
     one writing metrics; the file's map is read each time (adding a key may remap it), the
     key's offset never moves."""
     value._value += amount  # noqa: SLF001 - see _filed
     value._timestamp = 0.0  # noqa: SLF001
     f = value._file  # noqa: SLF001
-    pos = f._positions[value._key]  # noqa: SLF001
-    f._m[pos:pos + 16] = _TWO_DOUBLES(value._value, 0.0)  # noqa: SLF001
+    _TWO_DOUBLES(f._m, f._positions[value._key], value._value, 0.0)  # noqa: SLF001
 
 
 class _Held:
