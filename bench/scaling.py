@@ -11,7 +11,9 @@ places its N processes there); one static upstream (bench/fast_upstream.py) on e
 (bench/loadgen.py) on each of `--load-cores`, the case's clients spread over them. By default
 the cores are the usable ones in order (core 0 left out where there are enough): max(N) for
 the proxy, as many for the upstreams, the rest (up to twice max(N)) for the load, so that neither upstream nor load caps the proxy
-(their share of their cores is printed: near 100% means they did). Clients: `--clients` per
+(their share of their cores is printed: near 100% means they did). Where the machine lists
+several hardware threads a core, each proxy process gets a physical core to itself (its
+sibling threads idle) while the cores suffice; the report names each proxy core's siblings. Clients: `--clients` per
 serving process, so that every process has as much to do at every N.
 
 The gateway row is the product's own start (`python -m gateway serve --workers N`, this
@@ -54,17 +56,57 @@ def cpus(cores: list[int]) -> str:
     return ",".join(map(str, cores))
 
 
-def default_layout(usable: list[int], most: int) -> tuple[list[int], list[int], list[int]]:
+def siblings(core: int, root: str = "/sys/devices/system/cpu") -> list[int]:
+    """The hardware threads sharing `core`'s physical core (itself included), as the kernel
+    lists them; [core] where the machine does not say (many virtual machines)."""
+    try:
+        with open(f"{root}/cpu{core}/topology/thread_siblings_list") as f:
+            return core_list(f.read().strip())
+    except (OSError, ValueError):
+        return [core]
+
+
+def default_layout(usable: list[int], most: int,
+                   sibling_of: dict[int, list[int]] | None = None
+                   ) -> tuple[list[int], list[int], list[int]]:
     """(proxy, upstream, load) cores: `most` each for the proxy and the upstreams, then up to
     2 * `most` for the load; fewer cores than 2 * most + 1 cannot keep them apart. Core 0,
     where the kernel's housekeeping and many interrupts land, is left out when there are
-    cores enough without it."""
+    cores enough without it. Where the machine has several hardware threads a core
+    (`sibling_of`), each proxy process gets a physical core of its own: its siblings are left
+    idle where the cores suffice, so that N processes are not measured against a loaded
+    sibling that one process did not have."""
     if len(usable) < 2 * most + 1:
         raise SystemExit(f"{len(usable)} usable cores: workers {most} needs {2 * most + 1} "
                          "(or name --proxy-cores, --upstream-cores, --load-cores)")
+    if sibling_of and any(len(sibling_of.get(c, [c])) > 1 for c in usable):
+        whole = _whole_cores(usable, most, sibling_of)
+        if whole is not None:
+            return whole
     if usable[0] == 0 and len(usable) > 2 * most + 1:
         usable = usable[1:]
     return (usable[:most], usable[most:2 * most], usable[2 * most:4 * most])
+
+
+def _whole_cores(usable: list[int], most: int, sibling_of: dict[int, list[int]]
+                 ) -> tuple[list[int], list[int], list[int]] | None:
+    """The layout with a physical core per proxy process (its other threads idle), or None
+    where the rest would not hold the upstreams and one load core."""
+    physical: list[list[int]] = []  # usable threads by physical core, in the order first seen
+    seen: dict[int, list[int]] = {}
+    for c in usable:
+        key = min(sibling_of.get(c, [c]))
+        if key not in seen:
+            seen[key] = []
+            physical.append(seen[key])
+        seen[key].append(c)
+    for skip_zero in (True, False):
+        cores = [p for p in physical if not (skip_zero and 0 in p)]
+        proxy = [p[0] for p in cores[:most]]
+        rest = [c for p in cores[most:] for c in p]
+        if len(proxy) == most and len(rest) >= most + 1:
+            return proxy, rest[:most], rest[most:3 * most]
+    return None
 
 
 def gateway_config(tmp: Path, ports: list[int], port: int, workers: int) -> Path:
@@ -193,7 +235,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.workers = [int(n) for n in args.workers.split(",")]
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    proxy, upstream, load_ = default_layout(sorted(os.sched_getaffinity(0)), max(args.workers)) \
+    usable = sorted(os.sched_getaffinity(0))
+    proxy, upstream, load_ = default_layout(usable, max(args.workers),
+                                            {c: siblings(c) for c in usable}) \
         if not (args.proxy_cores and args.upstream_cores and args.load_cores) else ([], [], [])
     args.proxy_cores = args.proxy_cores or proxy
     args.upstream_cores = args.upstream_cores or upstream
@@ -214,7 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python", "bench/scaling.py", *(argv or sys.argv[1:])]),
         "args": dict(vars(args)),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform(), "processor": harness.cpu_model()},
+                    "platform": platform.platform(), "processor": harness.cpu_model(),
+                    # hardware threads sharing each proxy core: [c] alone where not shared
+                    # or where the machine does not say
+                    "proxy_core_siblings": {c: siblings(c) for c in args.proxy_cores}},
         "source": harness.source_state(), "rows": {},
     }
     labels = [f"{t}-{n}" for t in args.targets for n in args.workers]

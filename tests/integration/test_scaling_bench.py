@@ -35,6 +35,33 @@ def test_the_default_layout_keeps_proxy_upstreams_and_load_apart() -> None:
         scaling.default_layout(list(range(4)), 2)
 
 
+def test_with_hardware_threads_each_proxy_process_has_a_physical_core_to_itself() -> None:
+    """16 threads on 8 cores, siblings (i, i + 8) as Linux numbers them on many Intel hosts:
+    the proxies' sibling threads stay idle, and physical core 0 is left to the kernel."""
+    scaling = load_scaling()
+    smt = {c: [c % 8, c % 8 + 8] for c in range(16)}
+    proxy, upstream, load = scaling.default_layout(list(range(16)), 2, smt)
+    assert proxy == [1, 2]
+    busy = [*proxy, *upstream, *load]
+    assert len(set(busy)) == len(busy) and not {0, 8, 9, 10} & set(busy)
+    assert len(upstream) == 2 and len(load) == 4
+    # too few physical cores for that: the plain layout
+    small = {c: [c - c % 2, c - c % 2 + 1] for c in range(6)}
+    assert scaling.default_layout(list(range(6)), 2, small) == ([1, 2], [3, 4], [5])
+    # one thread a core (what many virtual machines show): as without the map
+    assert scaling.default_layout(list(range(16)), 4, {c: [c] for c in range(16)}) == \
+        scaling.default_layout(list(range(16)), 4)
+
+
+def test_siblings_read_the_kernels_list(tmp_path: Path) -> None:
+    scaling = load_scaling()
+    topo = tmp_path / "cpu3" / "topology"
+    topo.mkdir(parents=True)
+    (topo / "thread_siblings_list").write_text("3,11\n")
+    assert scaling.siblings(3, str(tmp_path)) == [3, 11]
+    assert scaling.siblings(4, str(tmp_path)) == [4]  # not listed: alone
+
+
 def test_the_table_relates_each_n_to_n_equal_one() -> None:
     scaling = load_scaling()
     run = {"req_per_s": 1000.0, "proxy_cpu_us_per_request": 100.0, "proxy_cores_busy": 1.0,
