@@ -242,6 +242,20 @@ def gateway_config(tmp: Path, sim_port: int, port: int) -> Path:
     return path
 
 
+def compiled_copy(dest: Path) -> Path:
+    """This tree in `dest`, its hot modules compiled at -O3 (build_support/compiled_tree.py)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from build_support import compiled_tree
+    finally:
+        sys.path.remove(str(ROOT))
+    print("building the compiled tree ...", file=sys.stderr)
+    done = compiled_tree.build(dest)
+    if done.returncode != 0:
+        raise SystemExit("the compiled build failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
+    return dest
+
+
 def with_path(root: Path) -> dict[str, str]:
     """This environment with `root` first on PYTHONPATH (what was there stays after it)."""
     return {**os.environ,
@@ -552,6 +566,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--baseline", metavar="DIR",
                    help="also measure the gateway of another checkout (e.g. a worktree of "
                         "main), with its own defaults, in the same run")
+    p.add_argument("--compiled", action="store_true",
+                   help="also measure this tree built with setup.py's compiled modules "
+                        "(GATEWAY_COMPILE=1, as the gateway image builds it), built first in a "
+                        "temporary copy: the row gateway-compiled")
     p.add_argument("--loadgen", choices=["httptools", "aiohttp"], default="httptools",
                    help="load generator client (see bench/loadgen.py)")
     p.add_argument("--repeat", type=int, default=1,
@@ -697,6 +715,9 @@ def main(argv: list[str] | None = None) -> int:
             targets.append({"label": f"gateway-{server}-{client}" + ("-quiet" if quiet else ""),
                             "kind": "gateway", "server": server, "client": client,
                             "quiet": quiet})
+        if args.compiled:  # the same tree, its hot modules compiled (setup.py)
+            targets.append({"label": "gateway-compiled", "kind": "gateway", "server": "native",
+                            "quiet": False, "root": "", "compile": True})
         if args.baseline:  # the same measurement of another checkout, in the same run
             targets.append({"label": "gateway-baseline", "kind": "gateway",
                             "server": args.baseline_server,
@@ -717,6 +738,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp_s, Processes() as procs:
         tmp = Path(tmp_s)
+        for t in targets:
+            if t.get("compile"):
+                t["root"] = str(compiled_copy(tmp / "compiled"))
 
         def run_target(t: dict[str, Any], case_name: str, case: dict[str, Any], sim: Proc,
                        sim_port: int, rep: int) -> dict[str, Any]:

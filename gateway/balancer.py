@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
+from mypy_extensions import mypyc_attr
+
 from gateway import affinity, board, config
 
 Policy = Literal["least_request", "round_robin", "prefix"]
@@ -63,6 +65,7 @@ class Listener(Protocol):
     def probe_changed(self, model: str, url: str, ok: bool, why: str = "") -> None: ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Quiet:
     """A listener that does nothing (unit tests, tools)."""
 
@@ -106,6 +109,7 @@ class Health:
         return board.Standing(wall, until, self.backoff, self.probe_ok)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests replace its load reading
 class Upstreams:
     """Static upstreams from the config (DNS-expanded) plus managed workers, with health."""
 

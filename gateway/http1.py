@@ -7,8 +7,7 @@ request line and Host header made once per URL), the response is parsed by httpt
 parser uvicorn serves with) in `data_received`, and a reader waits on one future per read.
 Connections are kept alive per host; one that breaks before the status line after being
 reused is retried once on a fresh connection (the worker closed it while idle), as aiohttp
-does. Closing a response whose body is unfinished closes its connection: the worker aborts.
-"""
+does. Closing a response whose body is unfinished closes its connection: the worker aborts."""
 
 from __future__ import annotations
 
@@ -20,6 +19,7 @@ from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 import httptools
+from mypy_extensions import mypyc_attr
 
 from adapters import base
 from gateway import upstream
@@ -30,7 +30,6 @@ class Sink(Protocol):
     """Takes a response body from the connection's callbacks (gateway.pump.Pump)."""
 
     def data(self, data: bytes) -> None: ...
-
     def end(self, error: str | None) -> None: ...
 
 
@@ -277,6 +276,7 @@ class Http1Response:
             conn.close()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests and bench/wire_inproc.py replace parts
 class Http1Client:
     """Keep-alive connections per origin, unlimited in number, like the aiohttp connector it
     replaces; created inside the running loop."""

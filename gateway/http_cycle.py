@@ -11,7 +11,7 @@ import urllib.parse
 from collections.abc import Callable, MutableMapping
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 Message = MutableMapping[str, Any]
 
@@ -51,8 +51,8 @@ class Link(Protocol):
 class _Clock:
     """The `date` header, formatted once a second."""
 
-    second = 0
-    line = b""
+    second: ClassVar[int] = 0
+    line: ClassVar[bytes] = b""
 
     @classmethod
     def date(cls) -> bytes:

@@ -211,7 +211,7 @@ class Connection(asyncio.Protocol):
             raise _Refused(505, "HTTP Version Not Supported")
         if self._hosts != 1 or self._coded:
             self._check_head()
-        url = httptools.parse_url(self._url)
+        url: Any = httptools.parse_url(self._url)  # Any: an absent part is None, not bytes
         # RFC 9112 section 6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing
         # (a 1.0 hop may not know chunked): answered, then the connection closed
         keep = parser.should_keep_alive() and not (self._framed and version == "1.0")

@@ -86,31 +86,40 @@ class ProtocolEndpoint:
         # translator (which knows the request's schema and framing).
         answerer: base.Frontend | base.Translator = self.frontend
         send = client.send
+        failure: errors.GatewayError | None = None
+        cut: asyncio.CancelledError | None = None
         try:
-            check_key(s.keys, headers)
-            if not s.admission.enter():
-                raise errors.Overloaded("too many requests in flight; retry later")
-            admitted = True
-            body = client.ready_body(self.max_body) or \
-                await read_body(client.receive, headers, s.config.server)
-            if "content-encoding" in headers:
-                body = content_encoding.decoded(body, headers["content-encoding"], self.max_body)
-            ctx = base.RequestContext(client.path, client.path_params, headers,
-                                      s.router.options)
-            answerer = translator = self.frontend.parse(body, ctx)
-            await self._watched(self._exchange(translator, x, client), client, x)
-        except errors.GatewayError as exc:
-            await self._fail(exc, x, send, answerer)
-        except ClientGone:  # before its body ended: nobody to answer, nothing sent upstream
-            x.outcome = x.error_type = "client_closed"
-        except asyncio.CancelledError:  # the server's drain ran out (gateway.listener)
-            await self._fail(errors.UpstreamUnavailable(SHUTTING_DOWN), x, send, answerer)
-            x.outcome = "shutdown"
-            raise
-        except Exception as exc:  # a bug: logged with its traceback, answered cleanly
-            observability.log_bug(rid, exc)
-            x.error_type = "internal"
-            await self._fail(errors.GatewayError("internal gateway error"), x, send, answerer)
+            try:
+                check_key(s.keys, headers)
+                if not s.admission.enter():
+                    raise errors.Overloaded("too many requests in flight; retry later")
+                admitted = True
+                body = client.ready_body(self.max_body) or \
+                    await read_body(client.receive, headers, s.config.server)
+                if "content-encoding" in headers:
+                    body = content_encoding.decoded(body, headers["content-encoding"],
+                                                    self.max_body)
+                ctx = base.RequestContext(client.path, client.path_params, headers,
+                                          s.router.options)
+                answerer = translator = self.frontend.parse(body, ctx)
+                await self._watched(self._exchange(translator, x, client), client, x)
+            except errors.GatewayError as exc:
+                failure = exc
+            except ClientGone:  # before its body ended: nobody to answer, nothing sent upstream
+                x.outcome = x.error_type = "client_closed"
+            except asyncio.CancelledError as exc:  # the server's drain ran out (gateway.listener)
+                failure, cut = errors.UpstreamUnavailable(SHUTTING_DOWN), exc
+            except Exception as exc:  # a bug: logged with its traceback, answered cleanly
+                observability.log_bug(rid, exc)
+                x.error_type = "internal"
+                failure = errors.GatewayError("internal gateway error")
+            # Answered after the handlers, not in them: nothing here waits while handling an
+            # exception (setup.py: a compiled coroutine would leave it to the loop meanwhile).
+            if failure is not None:
+                await self._fail(failure, x, send, answerer)
+            if cut is not None:
+                x.outcome = "shutdown"
+                raise cut
         finally:
             if admitted:
                 s.admission.leave()
@@ -149,13 +158,21 @@ class ProtocolEndpoint:
         x.response_id = meta.id
         opened = await s.pipeline.open(route, req, x.request_id, x.note)
         x.first_event_at = time.perf_counter()
+        ended: BaseException | None = None
         try:
             if req.stream:
                 await self._stream(t, meta, opened, x, client)
             else:
                 await self._whole(t, meta, opened, x, client.send, route)
-        finally:  # however it ended: the upstream closed, its in-flight count ended
-            await opened.close(route.upstreams)
+        except BaseException as exc:  # held, not handled: closing may wait (as in `serve`)
+            ended = exc
+        # however it ended: the upstream closed, its in-flight count ended
+        await opened.close(route.upstreams)
+        if ended is not None:
+            try:
+                raise ended
+            finally:
+                ended = None  # no cycle through this frame
 
     async def _stream(self, t: base.Translator, meta: base.ResponseMeta,
                       opened: pipeline.Opened, x: Exchange, client: peer.Peer) -> None:

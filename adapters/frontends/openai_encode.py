@@ -22,7 +22,7 @@ CHAT_ID = "chatcmpl-"
 COMPLETION_ID = "cmpl-"
 
 # OpenAI has one "stop" for every natural end (openai-python ChatCompletionChunk finish_reason).
-FINISH = {
+FINISH: dict[str, str] = {
     "eos": "stop", "stop_string": "stop", "stop_token": "stop", "length": "length",
     "tool_calls": "tool_calls", "content_filter": "content_filter", "abort": "abort",
     "error": "error",
@@ -113,8 +113,7 @@ class _Chunks:
         self._include_usage = req.include_usage
         self._usage: ev.Usage | None = None
         self._generated = 0
-        if continuous := req.include_usage and req.continuous_usage:
-            self._chunk = self._chunk_with_usage  # type: ignore[method-assign]
+        self._continuous = continuous = req.include_usage and req.continuous_usage
         # A chunk of text alone (no log probs or ids asked, no running usage): the bytes around
         # its text (`text`: the choice's, in `_text`'s key order, `%d` its index) made once per
         # choice, so a token costs one orjson.dumps of a str, not of the dicts built for it.
@@ -127,7 +126,8 @@ class _Chunks:
         return self._text_heads.setdefault(choice, self._prefix + self._text_open % choice)
 
     def _chunk(self, choice: dict[str, Any]) -> bytes:
-        return self._prefix + orjson.dumps(choice) + self._suffix
+        return (self._chunk_with_usage(choice) if self._continuous  # (a flag: a compiled
+                else self._prefix + orjson.dumps(choice) + self._suffix)  # method is read-only)
 
     def _chunk_with_usage(self, choice: dict[str, Any]) -> bytes:
         """A chunk with the usage so far (vLLM's continuous_usage_stats, in vLLM's UsageInfo

@@ -35,7 +35,7 @@ MAX_INPUT_TOKENS = MAX_TOTAL_TOKENS - 1
 # The TGI release whose API this front end reproduces, as /info `version` and the chat
 # `system_fingerprint` ("{version}-{docker_label or 'native'}", server.rs chat_completions).
 TGI_VERSION = "3.3.7"
-SYSTEM_FINGERPRINT = f"{TGI_VERSION}-native"
+SYSTEM_FINGERPRINT: str = f"{TGI_VERSION}-native"
 
 
 @dataclass(slots=True)

@@ -4,26 +4,30 @@
 #   docker run -p 8080:8080 inference-gateway:0.1.0            # embedded demo config
 #   docker run -p 8080:8080 -v $PWD/deploy/examples:/etc/gateway:ro inference-gateway:0.1.0 \
 #       serve --config /etc/gateway/ingress.yaml
-# Build context: the repository root. Both stages use the same base image, so the virtual
-# environment made in the first runs unchanged in the second (its python links to
-# /usr/local/bin/python3.11 in both).
+# Build context: the repository root. Both stages are the official image's Python 3.11 on the
+# same Debian release (the build stage the full variant, which has a C compiler), so the
+# virtual environment made in the first runs unchanged in the second (its python links to
+# /usr/local/bin/python3.11 in both, and its compiled modules to the same glibc).
 
-FROM python:3.11-slim AS build
+FROM python:3.11-bookworm AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
+COPY build_support build_support
 COPY schemas schemas
 COPY adapters adapters
 COPY gateway gateway
 COPY simulator simulator
 # --without-pip + `pip --python`: the environment gets the gateway and its dependencies,
 # not pip itself; the `otel` extra, so that the image can export traces (OTEL_* variables).
+# GATEWAY_COMPILE=1: the hot modules compiled with mypyc (setup.py; bench/RESULTS.md §21).
 # dumb-init (pinned, from PyPI) becomes PID 1: it forwards SIGTERM to the
 # gateway and reaps orphaned grandchildren of managed workers.
 RUN python -m venv --without-pip /opt/gateway \
-    && pip --python /opt/gateway/bin/python install --no-cache-dir "./[otel]" dumb-init==1.2.5.post1
+    && GATEWAY_COMPILE=1 pip --python /opt/gateway/bin/python install --no-cache-dir "./[otel]" \
+        dumb-init==1.2.5.post1
 
-FROM python:3.11-slim
+FROM python:3.11-slim-bookworm
 # A fixed numeric user, so that Kubernetes' runAsNonRoot can check it without a passwd lookup.
 RUN groupadd --system --gid 10001 gateway \
     && useradd --system --no-log-init --uid 10001 --gid gateway --home-dir /nonexistent \

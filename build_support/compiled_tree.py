@@ -1,0 +1,38 @@
+"""A copy of this tree with setup.py's `COMPILED` modules built in place, each C extension
+beside its .py file (so the copy imports them first, on PYTHONPATH): what
+tests/integration/test_compiled_build.py runs tests against and `bench/bench.py --compiled`
+measures. Needs mypy (CI's test tools have it) and a C compiler."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ["schemas", "adapters", "gateway", "simulator", "tests", "bench", "build_support",
+           "setup.py", "pyproject.toml", "README.md"]
+
+
+def c_compiler() -> str | None:
+    """The compiler setuptools would call, if this machine has it."""
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return shutil.which(cc.split()[0])
+
+
+def build(dest: Path, opt_level: str = "3") -> subprocess.CompletedProcess[str]:
+    """Copy the sources to `dest` and compile there; the build's output, for its errors.
+    `opt_level` "0" builds fastest (tests check behaviour, not speed); the image builds "3"."""
+    for name in SOURCES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.so", "results"))
+        else:
+            shutil.copy2(src, dest / name)
+    env = {**os.environ, "GATEWAY_COMPILE": "1", "GATEWAY_COMPILE_OPT": opt_level}
+    return subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                          cwd=dest, env=env, capture_output=True, text=True, timeout=900)

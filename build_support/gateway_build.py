@@ -1,0 +1,38 @@
+"""The package's PEP 517 backend: setuptools', plus what compiling needs when asked for.
+
+`GATEWAY_COMPILE=1 pip install .` compiles the hot modules (setup.py's `COMPILED`) with mypyc.
+mypyc type-checks them as `mypy` does in CI, so the isolated build environment then needs mypy
+and the packages whose types the modules use (the project's own dependencies). Without the
+variable this is setuptools' backend unchanged: a plain, pure-Python build.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from setuptools import build_meta as _setuptools
+from setuptools.build_meta import *  # noqa: F403 - the hooks this module does not change
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compiling() -> bool:
+    return os.environ.get("GATEWAY_COMPILE", "") == "1"
+
+
+def _compile_requires() -> list[str]:
+    """mypy (mypyc), the type stubs CI's mypy uses, and the packages the modules import
+    (the dependencies and the `otel` extra: mypy follows every import, as in CI)."""
+    if not compiling():
+        return []
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    tools = [r for r in extras["test"] if r.startswith(("mypy", "types-"))]
+    return [*tools, *project["dependencies"], *extras["otel"]]
+
+
+def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) -> list[str]:
+    return [*_setuptools.get_requires_for_build_wheel(config_settings), *_compile_requires()]

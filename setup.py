@@ -1,0 +1,44 @@
+"""Pure Python by default; `GATEWAY_COMPILE=1 pip install .` also compiles the modules every
+request and every streamed chunk runs through with mypyc (bench/RESULTS.md §21: about a
+quarter fewer instructions a chunk). The .py files ship either way; a compiled module, where
+present, is the one imported. Needs a C compiler; build_support/gateway_build.py adds mypy and
+the dependencies to the build environment."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from setuptools import setup
+
+# Hot path only, and only modules that mypyc compiles without a change of behaviour: none
+# with async generators (gateway.failover, gateway.pipeline), none that reads another
+# library's objects by introspection (gateway.held), and none whose classes uncompiled
+# classes extend with class attributes of their own (the backends and their decoders: a
+# compiled method reads its own class's value), checked by the whole suite against a build.
+COMPILED = [
+    "adapters/framing.py",
+    "adapters/backends/params.py",
+    "adapters/frontends/openai_encode.py",
+    "gateway/admission.py",
+    "gateway/balancer.py",
+    "gateway/deadline.py",
+    "gateway/http1.py",
+    "gateway/http_cycle.py",
+    "gateway/http_server.py",
+    "gateway/metrics.py",
+    "gateway/pump.py",
+    "gateway/serving.py",
+    "gateway/telemetry.py",
+    "gateway/whole.py",
+]
+
+ext_modules = []
+# Only when building: setuptools also runs this file to learn the build requirements and the
+# metadata (`egg_info`), before the backend has installed mypy for the first.
+if os.environ.get("GATEWAY_COMPILE", "") == "1" and {"bdist_wheel", "build_ext"} & set(sys.argv):
+    from mypyc.build import mypycify
+
+    ext_modules = mypycify(COMPILED, opt_level=os.environ.get("GATEWAY_COMPILE_OPT", "3"))
+
+setup(ext_modules=ext_modules)

@@ -1,0 +1,106 @@
+"""The opt-in compiled build (`GATEWAY_COMPILE=1 pip install .`, setup.py): every module it lists
+compiles with mypyc, is the one imported, and the compiled gateway writes the same bytes as
+the pure one. The goldens (every client protocol's answers and errors, every worker's request)
+and the front end x worker matrix run against the compiled modules. A compiled module checks
+its declared types at run time and reads its own classes' attributes directly, so a build
+that compiles can still behave otherwise (bench/RESULTS.md §21b). The gateway image builds
+this way (deploy/docker/gateway.Dockerfile)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from build_support import compiled_tree
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+
+def compiled_modules() -> list[str]:
+    """setup.py's COMPILED, read without running it."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMPILED":
+            return list(ast.literal_eval(node.value))
+    raise AssertionError("setup.py has no COMPILED list")
+
+
+SUSPENDS = (ast.Await, ast.AsyncFor, ast.AsyncWith, ast.Yield, ast.YieldFrom)
+
+
+def suspensions_while_handling(source: str) -> list[int]:
+    """Lines where code may suspend inside an `except` or `finally` block, or leave an
+    `async with` other than `asyncio.timeout` (whose exit never waits)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Try):
+            blocks = [stmt for h in node.handlers for stmt in h.body] + node.finalbody
+            found += [n.lineno for stmt in blocks for n in ast.walk(stmt)
+                      if isinstance(n, SUSPENDS)]
+        if isinstance(node, ast.AsyncWith):
+            found += [node.lineno for item in node.items
+                      if ast.unparse(item.context_expr).split("(")[0] != "asyncio.timeout"]
+    return sorted(set(found))
+
+
+def test_the_check_finds_a_suspension_while_handling() -> None:
+    source = ("async def f(x):\n    try:\n        await x()\n    except OSError:\n"
+              "        await x()\n    finally:\n        await x()\n"
+              "    async with asyncio.timeout(1):\n        pass\n"
+              "    async with x():\n        pass\n")
+    assert suspensions_while_handling(source) == [5, 7, 10]
+
+
+def test_no_compiled_code_suspends_while_handling_an_exception() -> None:
+    """mypyc (2.4) keeps the exception an `except` or `finally` block handles in the thread's
+    state, not the coroutine's: a compiled coroutine that waits there leaves its exception to
+    every other task meanwhile, and reads back theirs when it resumes. That once ended
+    unrelated requests with a stale `UpstreamTimeout` (bench/RESULTS.md §21b). So compiled
+    modules keep the exception, leave the block, and then wait (gateway.serving)."""
+    found = [f"{module}:{line}" for module in compiled_modules()
+             for line in suspensions_while_handling((ROOT / module).read_text())]
+    assert found == []
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if compiled_tree.c_compiler() is None:
+        pytest.skip("no C compiler on this machine: the compiled build cannot be made here")
+    tree = tmp_path_factory.mktemp("compiled")
+    # -O0: this checks what compiles and how it behaves, not its speed (the image builds -O3)
+    done = compiled_tree.build(tree, opt_level="0")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return tree
+
+
+def test_every_listed_module_is_compiled_and_imported(build: Path) -> None:
+    modules = [m.removesuffix(".py").replace("/", ".") for m in compiled_modules()]
+    assert "gateway.serving" in modules and "gateway.http_server" in modules
+    probe = "; ".join(f"import {m}" for m in modules) + \
+        "; print('\\n'.join(m.__file__ for m in (" + ", ".join(modules) + ",)))"
+    files = subprocess.run([sys.executable, "-c", probe], cwd=build, capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(build)})
+    assert files.returncode == 0, files.stderr
+    loaded = files.stdout.split()
+    assert len(loaded) == len(modules)
+    for path in loaded:
+        assert path.startswith(str(build)) and path.endswith(".so"), path
+
+
+def test_the_compiled_gateway_writes_the_goldens_and_the_matrix(build: Path) -> None:
+    """The same bytes as the pure modules, for every protocol and every worker kind, and the
+    unit tests' behaviour (the whole suite passed against this build: bench/RESULTS.md §22;
+    CI runs these parts, to stay within its time)."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+         "tests/golden", "tests/matrix", "tests/unit"],
+        cwd=build, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(build)})
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and "failed" not in run.stdout
