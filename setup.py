@@ -13,12 +13,19 @@ from setuptools import setup
 
 # Hot path only, and only modules that mypyc compiles without a change of behaviour: none
 # with async generators (gateway.failover, gateway.pipeline), none that reads another
-# library's objects by introspection (gateway.held), and none whose classes uncompiled
-# classes extend with class attributes of their own (the backends and their decoders: a
-# compiled method reads its own class's value), checked by the whole suite against a build.
+# library's objects by introspection (gateway.held), and no class whose uncompiled
+# subclasses set class attributes its compiled methods read as instance defaults (the
+# backends: `PER_TOKEN_LOGPROBS` and the like). The decoders are compiled with every
+# subclass, their settings declared `ClassVar` (read from the instance's class). No
+# coroutine here waits while it handles an exception (tests/integration/test_compiled_build.py).
+# The whole suite passed against this build (bench/RESULTS.md §22).
 COMPILED = [
     "adapters/framing.py",
+    "adapters/backends/decoder.py",
+    "adapters/backends/openai_decode.py",
     "adapters/backends/params.py",
+    "adapters/backends/tgi_decode.py",
+    "adapters/backends/triton_decode.py",
     "adapters/frontends/openai_encode.py",
     "gateway/admission.py",
     "gateway/balancer.py",
@@ -27,6 +34,7 @@ COMPILED = [
     "gateway/http_cycle.py",
     "gateway/http_server.py",
     "gateway/metrics.py",
+    "gateway/progress.py",
     "gateway/pump.py",
     "gateway/serving.py",
     "gateway/telemetry.py",

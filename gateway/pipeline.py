@@ -25,6 +25,7 @@ import tenacity
 
 from adapters import base
 from gateway import affinity, balancer, config, deadline, failover, pump, routing, upstream, whole
+from gateway.progress import Progress, choices, resumable
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -245,7 +246,7 @@ class Pipeline:
         offers them, else from this task; continued on other workers (gateway.failover) if
         the worker fails after its first byte."""
         job = opened.job
-        seen = failover.Progress(failover.choices(job.req)) \
+        seen = Progress(choices(job.req)) \
             if job is not None and self._resumable(opened) else None
         try:
             await self._pump(opened, deliver, drain, seen)
@@ -269,7 +270,7 @@ class Pipeline:
         raise cause
 
     async def _pump_continued(self, conts: list[tuple[int, Opened]], deliver: pump.Deliver,
-                              drain: pump.Drain, seen: failover.Progress) -> None:
+                              drain: pump.Drain, seen: Progress) -> None:
         """The continuations' batches to `deliver` as one stream, then their one usage."""
         async for batch in failover.merged([(c, self._relay(o)) for c, o in conts], seen):
             if not deliver(batch):
@@ -278,7 +279,7 @@ class Pipeline:
             await drain()
 
     async def _pump(self, opened: Opened, deliver: pump.Deliver, drain: pump.Drain,
-                    seen: failover.Progress | None) -> None:
+                    seen: Progress | None) -> None:
         """One worker's answer to `deliver`; accounted to its upstream like `_relay`."""
         if not hasattr(opened.resp, "attach"):
             relay = self._relay(opened)
@@ -312,10 +313,10 @@ class Pipeline:
     def _resumable(self, opened: Opened) -> bool:
         job = opened.job
         return bool(self.failover_attempts and opened.more and job is not None
-                    and job.req.stream and failover.resumable(job.req, job.route.backend,
+                    and job.req.stream and resumable(job.req, job.route.backend,
                                                                job.route.options))
 
-    async def _continue(self, job: Job, seen: failover.Progress, failed: str,
+    async def _continue(self, job: Job, seen: Progress, failed: str,
                         cause: errors.GatewayError) -> list[tuple[int, Opened]]:
         """Open a continuation of every open choice on another upstream, or re-raise `cause`
         (nothing is left open when one fails)."""

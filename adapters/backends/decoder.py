@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from adapters import framing
 from schemas import errors
@@ -33,6 +34,7 @@ _NO_SSE = framing.SseDecoder()
 _NO_LINES = framing.LineDecoder()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py); tests subclass it
 class FramedDecoder:
     """Base of the worker decoders (StreamDecoder); subclasses override the `on_*` hooks."""
 

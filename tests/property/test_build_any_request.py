@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from adapters import base, registry
 from adapters.frontends import elastic, lmi, openai, openai_encode, tgi
-from gateway import affinity, config, failover, routing, whole
+from gateway import affinity, config, progress, routing, whole
 from schemas import canonical, errors
 from schemas import elastic as es_wire
 from schemas import events as ev
@@ -219,8 +219,8 @@ def built(t: base.Translator, router: routing.Router, tokenizer: bool) -> None:
     route.decoder(sent, up.streaming)
     affinity.prefix_key(sent)
     if req.stream:
-        if failover.resumable(sent, route.backend, route.options):
-            route.backend.continuation(failover.one_choice(sent), "So", 1, route.options)
+        if progress.resumable(sent, route.backend, route.options):
+            route.backend.continuation(progress.one_choice(sent), "So", 1, route.options)
         enc = t.encoder(meta)
         for i in range(req.choice_count):
             enc.encode(ev.TextDelta(i, "x", [7], [ev.TokenLogprob("x", -0.5, id=7)]))
