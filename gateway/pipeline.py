@@ -10,8 +10,7 @@ Every attempt is accounted to its upstream (in flight while it runs; a worker fa
 toward ejection, a 4xx never does). A stream whose worker fails after the first byte is
 continued on other workers (`server.failover_attempts`, gateway.failover) when the backend
 can build the continuation: the client keeps one stream. A whole answer that may be long is
-asked as a stream too, and its body-only form gets a deadline for its decode (gateway.whole).
-"""
+asked as a stream too, and its body-only form gets a deadline for its decode (gateway.whole)."""
 
 from __future__ import annotations
 
