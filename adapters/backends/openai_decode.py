@@ -135,6 +135,17 @@ def arguments(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
+def text_of(value: Any) -> str:
+    """A choice's text as the worker sent it: a string, or nothing (""). Any other JSON value
+    is the worker's fault (the TypeError reads as an event of the wrong shape), in both builds:
+    the compiled encoders check that a text is a string (setup.py)."""
+    if not value:
+        return ""
+    if type(value) is not str:
+        raise TypeError(f"a choice's text is {type(value).__name__}, not a string")
+    return value
+
+
 def in_band_error(err: Any) -> errors.GatewayError:
     """An error event in a stream: vLLM's carries the status it would have answered (its
     int `code`, engine/serving.py create_error_response: 400 for a VLLMValidationError or
@@ -197,6 +208,8 @@ class OpenAIDecoder(decoder.FramedDecoder):
         ended = self._ended
         for c in (obj["choices"] if "choices" in obj else None) or ():
             i = c.get("index", 0)
+            if not isinstance(i, int):  # a choice's index, as the compiled encoders read it
+                raise TypeError(f"a choice's index is {type(i).__name__}, not an integer")
             if ended and i in ended:  # past its finish
                 continue
             (self._chat_choice if self._chat else self._text_choice)(c, i, c.get("delta"), out)
@@ -209,9 +222,9 @@ class OpenAIDecoder(decoder.FramedDecoder):
         ids = c["token_ids"] if "token_ids" in c else None
         lp = c["logprobs"] if "logprobs" in c else None
         lps = chat_logprobs(lp, ids) if lp else None
-        text = m.get("content")
+        text = text_of(m.get("content"))
         if text or ids or lps:
-            out.append(ev.TextDelta(i, text or "", ids, lps))
+            out.append(ev.TextDelta(i, text, ids, lps))
         if extras and (calls := m.get("tool_calls")):
             if isinstance(calls, dict):  # TGI < 3.2 streams one call as an object (lib.rs
                 calls = (calls,)  # ToolCallDelta.tool_calls: DeltaToolCall, a Vec from v3.2.0)
@@ -269,9 +282,10 @@ class OpenAIDecoder(decoder.FramedDecoder):
             out.append(prompt_info(i, c.get("prompt_token_ids"), c.get("prompt_logprobs")))
         ids = c.get("token_ids")
         lp = c.get("logprobs")
-        lps = completion_logprobs(lp, ids, c.get("text") or "") if lp else None
-        if c.get("text") or ids or lps:
-            out.append(ev.TextDelta(i, c.get("text") or "", ids, lps))
+        text = text_of(c.get("text"))
+        lps = completion_logprobs(lp, ids, text) if lp else None
+        if text or ids or lps:
+            out.append(ev.TextDelta(i, text, ids, lps))
         if "finish_reason" in c and (reason := c["finish_reason"]):
             self._end(c, i, reason, out)
 

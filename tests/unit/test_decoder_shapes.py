@@ -1,7 +1,8 @@
 """A worker event that is JSON but not the worker's shape (a choice, delta, usage or token that
-is not an object, a count that is not a number) is the worker's malformed answer: UpstreamBroken
-(STYLE.md section 5: "UpstreamBroken 502 (failed, malformed or unfinished)"), in the client's
-own error body, never the gateway's "internal error" logged as a bug."""
+is not an object, a count that is not a number, a text that is not a string) is the worker's
+malformed answer: UpstreamBroken (STYLE.md section 5: "UpstreamBroken 502 (failed, malformed
+or unfinished)"), in the client's own error body, never the gateway's "internal error" logged
+as a bug."""
 
 from __future__ import annotations
 
@@ -26,10 +27,15 @@ DECODERS: dict[str, tuple[Make, list[bytes]]] = {
         b'{"choices":[1]}', b'{"choices":[{"index":0,"delta":"x"}]}',
         b'{"choices":{"a":1}}', b'{"usage":5}',
         b'{"choices":[{"index":0,"delta":{"tool_calls":[5]}}]}',
-        b'{"choices":[{"index":0,"delta":{"tool_calls":[{"function":"f"}]}}]}']),
+        b'{"choices":[{"index":0,"delta":{"tool_calls":[{"function":"f"}]}}]}',
+        # a text or an index of another JSON type: the compiled build's encoders would refuse
+        # it mid-stream, so both builds refuse it here (openai_decode.text_of)
+        b'{"choices":[{"index":0,"delta":{"content":5}}]}',
+        b'{"choices":[{"index":"0","delta":{"content":"a"}}]}']),
     "openai-text-stream": (lambda: openai_decode.OpenAIDecoder(False, True), [
         b'{"choices":["x"]}', b'{"usage":{"prompt_tokens":"many"}}',
-        b'{"choices":[{"index":0,"text":"a","logprobs":{"tokens":5}}]}']),
+        b'{"choices":[{"index":0,"text":"a","logprobs":{"tokens":5}}]}',
+        b'{"choices":[{"index":0,"text":["a"]}]}', b'{"choices":[{"index":1.0,"text":"a"}]}']),
     "tgi-stream": (lambda: tgi_decode.TgiStreamDecoder([], False, False), [
         b'{"token":{"id":1,"text":"a"},"generated_text":"a","details":{"input_length":3}}',
         b'{"token":{"id":1,"text":"a"},"generated_text":"a","details":"x"}']),

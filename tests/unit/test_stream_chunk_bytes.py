@@ -43,8 +43,8 @@ def _pair(req: canonical.InferenceRequest, chat: bool, es: bool) -> tuple[Encode
 def test_plain_text_chunks_equal_the_dict_built_ones(texts: list[tuple[Any, Any]],
                                                      include_usage: bool, elasticsearch: bool,
                                                      chat: bool) -> None:
-    """Any text a worker sends (a JSON value of any type, as a decoder passes it on) and any
-    choice index (an int, or the odd `true`, `1.0` or `"0"` a broken worker writes)."""
+    """Any text (a JSON value of any type) and any choice index (an int, or the odd `true`,
+    `1.0` or `"0"` a broken worker writes; the OpenAI decoder refuses those, text_of)."""
     req = canonical.InferenceRequest(messages=[canonical.Message("user", "hi")], stream=True,
                                      include_usage=include_usage)
     fast, slow = _pair(req, chat, elasticsearch)
