@@ -273,7 +273,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
         """Role and reasoning (vLLM < 0.12 `reasoning_content`, later `reasoning`)."""
         if m.get("role"):
             out.append(ev.Role(i, m["role"]))
-        reasoning = m.get("reasoning_content") or m.get("reasoning")
+        reasoning = text_of(m.get("reasoning_content") or m.get("reasoning"))
         if reasoning:
             out.append(ev.ReasoningDelta(i, reasoning))
 

@@ -31,7 +31,8 @@ DECODERS: dict[str, tuple[Make, list[bytes]]] = {
         # a text or an index of another JSON type: the compiled build's encoders would refuse
         # it mid-stream, so both builds refuse it here (openai_decode.text_of)
         b'{"choices":[{"index":0,"delta":{"content":5}}]}',
-        b'{"choices":[{"index":"0","delta":{"content":"a"}}]}']),
+        b'{"choices":[{"index":"0","delta":{"content":"a"}}]}',
+        b'{"choices":[{"index":0,"delta":{"reasoning":{"a":1}}}]}']),
     "openai-text-stream": (lambda: openai_decode.OpenAIDecoder(False, True), [
         b'{"choices":["x"]}', b'{"usage":{"prompt_tokens":"many"}}',
         b'{"choices":[{"index":0,"text":"a","logprobs":{"tokens":5}}]}',
