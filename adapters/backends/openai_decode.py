@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from adapters.backends import decoder, error_text
+from adapters.backends import checked, decoder, error_text
 from schemas import errors
 from schemas import events as ev
 
@@ -33,7 +33,7 @@ def finish(choice: int, reason: str, stop_reason: Any) -> ev.Finish:
         if isinstance(stop_reason, int):
             return ev.Finish(choice, "stop_token", stop_reason)
         return ev.Finish(choice, "eos")
-    return ev.Finish(choice, _FINISH[reason], stop_reason)
+    return ev.Finish(choice, _FINISH[reason], checked.matched(stop_reason))
 
 
 def usage(u: dict[str, Any]) -> ev.Usage:
@@ -41,7 +41,8 @@ def usage(u: dict[str, Any]) -> ev.Usage:
     prompt_details = u.get("prompt_tokens_details") or {}
     return ev.Usage(
         int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
-        details.get("reasoning_tokens"), prompt_details.get("cached_tokens"),
+        checked.optional_integer(details.get("reasoning_tokens"), "reasoning_tokens"),
+        checked.optional_integer(prompt_details.get("cached_tokens"), "cached_tokens"),
     )
 
 
@@ -55,9 +56,10 @@ def placeholder(token: str) -> int | None:
 
 def _top(token: str, logprob: float, raw: Any = None) -> ev.TopLogprob:
     """An alternative; one named by id has no text here (a tokenizer may give it)."""
-    tid = placeholder(token)
+    tid = placeholder(checked.string(token, "a token"))
+    logprob = checked.number(logprob, "a log prob")
     if tid is None:
-        return ev.TopLogprob(token, logprob, raw)
+        return ev.TopLogprob(token, logprob, checked.integers(raw, "a token's bytes"))
     return ev.TopLogprob("", logprob, None, tid)
 
 
@@ -72,10 +74,12 @@ def chat_logprobs(lp: Any, ids: list[int] | None) -> list[ev.TokenLogprob] | Non
         tops = [_top(a["token"], a["logprob"], a.get("bytes"))
                 for a in t.get("top_logprobs") or ()]
         tid = ids[i] if ids is not None and len(ids) == len(content) else None
-        token, raw = t["token"], t.get("bytes")
+        token = checked.string(t["token"], "a token")
+        raw = checked.integers(t.get("bytes"), "a token's bytes")
         if (named := placeholder(token)) is not None:
             tid, token = named, bytes(raw or ()).decode("utf-8", "replace")
-        out.append(ev.TokenLogprob(token, t["logprob"], raw, tid, tops))
+        out.append(ev.TokenLogprob(token, checked.number(t["logprob"], "a log prob"), raw,
+                                   tid, tops))
     return out
 
 
@@ -92,9 +96,9 @@ def completion_logprobs(lp: Any, ids: list[int] | None,
         alt = tops[i] if i < len(tops) and tops[i] else {}
         tid = ids[i] if ids is not None and len(ids) == len(tokens) else None
         value = values[i] if i < len(values) else None  # null: an echoed prompt's first
-        if (named := placeholder(tok)) is not None:
+        if (named := placeholder(checked.string(tok, "a token"))) is not None:
             tid, tok = named, text if len(tokens) == 1 else ""
-        out.append(ev.TokenLogprob(tok, value, None, tid,
+        out.append(ev.TokenLogprob(tok, checked.optional_number(value, "a log prob"), None, tid,
                                    [_top(k, v) for k, v in alt.items()]))
     return out
 
@@ -103,6 +107,7 @@ def prompt_info(choice: int, ids: list[int] | None, plp: Any) -> ev.PromptInfo:
     """vLLM's completion-choice `prompt_token_ids` (return_token_ids) and `prompt_logprobs`:
     per position null (the first) or {"<id>": {"logprob", "rank", "decoded_token"}}, the prompt
     token among the top ones (protocol.py CompletionResponseChoice, Logprob)."""
+    ids = checked.integers(ids, "prompt_token_ids")
     lps: list[ev.TokenLogprob | None] | None = None
     ranks: list[int | None] | None = None
     if isinstance(plp, list):
@@ -219,7 +224,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
         m = delta if delta is not None else c.get("message") or {}
         if extras := len(m) > 1 or "content" not in m:  # anything besides content here
             self._extras(m, i, out)
-        ids = c["token_ids"] if "token_ids" in c else None
+        ids = checked.integers(c["token_ids"], "token_ids") if "token_ids" in c else None
         lp = c["logprobs"] if "logprobs" in c else None
         lps = chat_logprobs(lp, ids) if lp else None
         text = text_of(m.get("content"))
@@ -232,7 +237,8 @@ class OpenAIDecoder(decoder.FramedDecoder):
                 fn = t.get("function") or {}
                 index = self._call_index(i, t.get("index", 0)) if delta is not None \
                     else len(out)
-                call_id, name = t.get("id"), fn.get("name")
+                call_id = checked.optional_string(t.get("id"), "a tool call's id")
+                name = checked.optional_string(fn.get("name"), "a tool call's name")
                 if delta is not None and (call_id or name is not None):
                     call_id, name = self._first(i, index, call_id, name)
                 out.append(ev.ToolCallDelta(i, index, call_id, name,
@@ -272,7 +278,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
     def _extras(self, m: dict[str, Any], i: int, out: list[ev.Event]) -> None:
         """Role and reasoning (vLLM < 0.12 `reasoning_content`, later `reasoning`)."""
         if m.get("role"):
-            out.append(ev.Role(i, m["role"]))
+            out.append(ev.Role(i, checked.string(m["role"], "a role")))
         reasoning = text_of(m.get("reasoning_content") or m.get("reasoning"))
         if reasoning:
             out.append(ev.ReasoningDelta(i, reasoning))
@@ -280,7 +286,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
     def _text_choice(self, c: dict[str, Any], i: Any, _: Any, out: list[ev.Event]) -> None:
         if c.get("prompt_token_ids") is not None or c.get("prompt_logprobs") is not None:
             out.append(prompt_info(i, c.get("prompt_token_ids"), c.get("prompt_logprobs")))
-        ids = c.get("token_ids")
+        ids = checked.integers(c.get("token_ids"), "token_ids")
         lp = c.get("logprobs")
         text = text_of(c.get("text"))
         lps = completion_logprobs(lp, ids, text) if lp else None
@@ -303,11 +309,11 @@ class OpenAIDecoder(decoder.FramedDecoder):
         if self._chat and self._wants_prompt:  # the chat response's own (ChatCompletionResponse)
             self._prompt_of(obj, 0, out)
         for c in obj["choices"]:
+            i = checked.integer(c.get("index", 0), "a choice's index")
             if self._wants_prompt and not self._chat:
-                self._prompt_of(c, c.get("index", 0), out)
+                self._prompt_of(c, i, out)
             calls_before = len(out)
-            (self._chat_choice if self._chat else self._text_choice)(c, c.get("index", 0), None,
-                                                                     out)
+            (self._chat_choice if self._chat else self._text_choice)(c, i, None, out)
             _renumber_calls(out, calls_before)
         if u := obj.get("usage"):
             out.append(usage(u))

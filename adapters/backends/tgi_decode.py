@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from adapters.backends import decoder, error_text, openai_decode, stops
+from adapters.backends import checked, decoder, error_text, openai_decode, stops
 from schemas import errors
 from schemas import events as ev
 
@@ -72,10 +72,12 @@ def _logprob(value: Any) -> float:
 
 def _token_logprob(tok: dict[str, Any], tops: list[dict[str, Any]] | None) -> ev.TokenLogprob:
     """The worker's token with its own text (`</s>` too) and `special` flag (lib.rs Token)."""
-    alts = [ev.TopLogprob(str(t.get("text") or ""), _logprob(t.get("logprob")), None, t.get("id"))
+    alts = [ev.TopLogprob(str(t.get("text") or ""), _logprob(t.get("logprob")), None,
+                          checked.optional_integer(t.get("id"), "a token's id"))
             for t in tops or ()]
     return ev.TokenLogprob(str(tok.get("text") or ""), _logprob(tok.get("logprob")), None,
-                           tok.get("id"), alts, bool(tok.get("special")))
+                           checked.optional_integer(tok.get("id"), "a token's id"), alts,
+                           bool(tok.get("special")))
 
 
 def finish_events(trim: stops.StopTrimmer, choice: int, reason: str | None) -> list[ev.Event]:
@@ -152,9 +154,10 @@ class TgiWholeDecoder(decoder.FramedDecoder):
         prefill = details.get("prefill") or []
         if prefill:  # PrefillToken: the first prompt token has a text but no logprob (NaN,
             # written null: flash_causal_lm.py generate_token, `request_prefill_logprobs`)
-            out.append(ev.PromptInfo(0, [t.get("id") for t in prefill], [
+            ids = [checked.integer(t.get("id"), "a prompt token's id") for t in prefill]
+            out.append(ev.PromptInfo(0, ids, [
                 ev.TokenLogprob(str(t.get("text") or ""), _logprob(t.get("logprob")), None,
-                                t.get("id")) for t in prefill]))
+                                tid) for t, tid in zip(prefill, ids, strict=True)]))
         seqs = [(obj["generated_text"], details)]
         seqs += [(s.get("generated_text") or "", s)
                  for s in details.get("best_of_sequences") or []][:max(self._n, 1) - 1]
@@ -167,7 +170,7 @@ class TgiWholeDecoder(decoder.FramedDecoder):
     def _sequence(self, i: int, text: str, d: dict[str, Any]) -> list[ev.Event]:
         tokens = d.get("tokens") or []
         tops = d.get("top_tokens") or []
-        ids = [t.get("id") for t in tokens] or None
+        ids = [checked.integer(t.get("id"), "a token's id") for t in tokens] or None
         lps = [_token_logprob(t, tops[k] if k < len(tops) else None)
                for k, t in enumerate(tokens)] if self._logprobs else None
         out: list[ev.Event] = [ev.TextDelta(i, self._echo)] if self._echo is not None else []
