@@ -162,7 +162,10 @@ class IdleWatchdog:
             self._handle = self._loop.call_at(max(due, now + 0.001), self._check)
 
     def cancel(self) -> None:
+        """For good; the references out go too: a callback bound to its owner (the pump's)
+        would make a cycle that only the garbage collector could free."""
         if self._first is not None:
             self._first.cancel(self)
         if self._handle is not None:
             self._handle.cancel()
+        self.on_idle = self.task = None

@@ -4,11 +4,12 @@ ends and failures as the await path, and never leaves the worker connection paus
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
 from adapters.backends import vllm
-from gateway import pump
+from gateway import deadline, pump
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -194,3 +195,26 @@ async def test_a_bad_event_after_good_ones_in_one_read_ends_the_answer_at_once()
     with pytest.raises(errors.UpstreamBroken, match="malformed JSON"):
         await asyncio.wait_for(task, 1)
     assert texts(got) == [["Hi"]]
+
+
+@pytest.mark.anyio
+async def test_an_ended_pump_is_freed_without_the_garbage_collector() -> None:
+    """Its watchdog's callback is bound to it: kept past the end, that cycle (and the decoder,
+    encoder and exchange hanging off the pump) waits for a collection, whose cost grows with
+    every stream in flight (bench/RESULTS.md section 23)."""
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        resp = FakeResponse([b"a\n"])
+        p = pump.Pump(resp, LineDecoder(), lambda b: True, None, idle=5)
+        task = asyncio.ensure_future(p.run(drained))
+        await asyncio.sleep(0)
+        p.data(b"END\n")
+        p.end(None)
+        await asyncio.wait_for(task, 1)
+        del p, task, resp
+        gc.collect()
+        assert not [o for o in gc.garbage if isinstance(o, pump.Pump | deadline.IdleWatchdog)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
