@@ -21,6 +21,7 @@ from setuptools import setup
 # The whole suite passed against this build (bench/RESULTS.md §22).
 COMPILED = [
     "adapters/framing.py",
+    "adapters/backends/checked.py",
     "adapters/backends/decoder.py",
     "adapters/backends/openai_decode.py",
     "adapters/backends/params.py",

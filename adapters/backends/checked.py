@@ -1,12 +1,19 @@
-"""A worker's JSON values of the types the canonical events declare, or a TypeError.
+"""A worker's JSON values of the types the canonical events declare, in the range the encoders
+can write, or a TypeError or ValueError.
 
-The decoders turn a TypeError into the worker's malformed answer (decoder.malformed), so a
+The decoders turn either into the worker's malformed answer (decoder.malformed), so a
 value of another JSON type never reaches an event: the encoders trust the events' types (the
 compiled build's check them as they read, tests/unit/test_event_types.py)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+# What orjson writes (and reads: a JSON integer outside it comes as a float).
+INT_MIN, INT_MAX = -(1 << 63), (1 << 64) - 1
+# A token count: an integer a JSON reader in any language keeps exact (2^53), so that sums
+# of counts (a total, the tokens of several responses) stay writable too.
+COUNT_MAX = 1 << 53
 
 
 def _wrong(what: str, value: Any, want: str) -> TypeError:
@@ -26,7 +33,27 @@ def optional_string(value: Any, what: str) -> str | None:
 def integer(value: Any, what: str) -> int:
     if not isinstance(value, int):
         raise _wrong(what, value, "an integer")
+    return bounded(value, what)
+
+
+def bounded(value: int, what: str) -> int:
+    """An integer the encoders can write (one made by `int()` or a sum may be larger)."""
+    if not INT_MIN <= value <= INT_MAX:
+        raise ValueError(f"{what} is out of range ({value})")
     return value
+
+
+def count(value: Any, what: str) -> int:
+    """A token count as workers write it (a number, a numeric string; null or absent is 0):
+    a whole number from 0 to 2^53."""
+    n = int(value or 0)
+    if not 0 <= n <= COUNT_MAX:
+        raise ValueError(f"{what} is out of range ({n})")
+    return n
+
+
+def optional_count(value: Any, what: str) -> int | None:
+    return None if value is None else count(integer(value, what), what)
 
 
 def optional_integer(value: Any, what: str) -> int | None:
@@ -47,8 +74,10 @@ def integers(value: Any, what: str) -> list[int] | None:
     """A list of integers (token ids, a token's bytes), or None."""
     if value is None:
         return None
-    if type(value) is not list or not all(isinstance(v, int) for v in value):
+    if type(value) is not list:
         raise _wrong(what, value, "a list of integers")
+    for v in value:
+        integer(v, what)
     return value
 
 

@@ -40,9 +40,10 @@ def usage(u: dict[str, Any]) -> ev.Usage:
     details = u.get("completion_tokens_details") or {}
     prompt_details = u.get("prompt_tokens_details") or {}
     return ev.Usage(
-        int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
-        checked.optional_integer(details.get("reasoning_tokens"), "reasoning_tokens"),
-        checked.optional_integer(prompt_details.get("cached_tokens"), "cached_tokens"),
+        checked.count(u.get("prompt_tokens"), "prompt_tokens"),
+        checked.count(u.get("completion_tokens"), "completion_tokens"),
+        checked.optional_count(details.get("reasoning_tokens"), "reasoning_tokens"),
+        checked.optional_count(prompt_details.get("cached_tokens"), "cached_tokens"),
     )
 
 
@@ -50,7 +51,7 @@ def placeholder(token: str) -> int | None:
     """The id in vLLM's `token_id:N` token string (return_tokens_as_token_ids,
     serving_engine.py format_token_id_placeholder), else None."""
     if token.startswith("token_id:") and token[9:].isdigit():
-        return int(token[9:])
+        return checked.bounded(int(token[9:]), "a token id")
     return None
 
 
@@ -121,11 +122,13 @@ def prompt_info(choice: int, ids: list[int] | None, plp: Any) -> ev.PromptInfo:
                 else next(iter(entry))
             lp = entry[key]
             top = [ev.TopLogprob(str(a.get("decoded_token") or ""), float(a.get("logprob", 0.0)),
-                                 None, int(k) if k.isdigit() else None)
+                                 None, checked.bounded(int(k), "a token id") if k.isdigit()
+                                 else None)
                    for k, a in entry.items() if k != key and isinstance(a, dict)]
             lps.append(ev.TokenLogprob(str(lp.get("decoded_token") or ""),
                                        float(lp.get("logprob", 0.0)), None,
-                                       int(key) if key.isdigit() else None, top))
+                                       checked.bounded(int(key), "a token id")
+                                       if key.isdigit() else None, top))
             rank = lp.get("rank")
             ranks.append(rank if isinstance(rank, int) else None)
     return ev.PromptInfo(choice, ids, lps, ranks)

@@ -132,7 +132,9 @@ class TgiStreamDecoder(decoder.FramedDecoder):
             details = obj.get("details") or {}
             out.extend(finish_events(self._trim, 0, details.get("finish_reason")))
             if isinstance(details.get("input_length"), int):
-                out.append(ev.Usage(details["input_length"], int(details["generated_tokens"])))
+                out.append(ev.Usage(checked.count(details["input_length"], "input_length"),
+                                    checked.count(details["generated_tokens"],
+                                                  "generated_tokens")))
 
 
 class TgiWholeDecoder(decoder.FramedDecoder):
@@ -164,8 +166,9 @@ class TgiWholeDecoder(decoder.FramedDecoder):
         for i, (text, d) in enumerate(seqs):
             out.extend(self._sequence(i, text, d))
         if prefill:
-            out.append(ev.Usage(len(prefill), sum(int(d.get("generated_tokens") or 0)
-                                                   for _, d in seqs)))
+            out.append(ev.Usage(len(prefill), checked.count(sum(
+                checked.count(d.get("generated_tokens"), "generated_tokens") for _, d in seqs),
+                "generated_tokens")))
 
     def _sequence(self, i: int, text: str, d: dict[str, Any]) -> list[ev.Event]:
         tokens = d.get("tokens") or []

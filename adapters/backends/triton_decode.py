@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from adapters.backends import decoder, error_text, stops
+from adapters.backends import checked, decoder, error_text, stops
 from schemas import errors
 from schemas import events as ev
 
@@ -115,11 +115,11 @@ class TritonDecoder(decoder.FramedDecoder):
         if n is None:
             self._counted = False
         else:
-            self._generated += n
+            self._generated = checked.count(self._generated + n, "num_output_tokens")
         self._exact = self._exact and isinstance(obj.get("num_output_tokens"), int)
         prompt = obj.get("num_input_tokens")
         if self._prompt is None and isinstance(prompt, int):
-            self._prompt = prompt
+            self._prompt = checked.count(prompt, "num_input_tokens")
 
     def _end(self) -> list[ev.Event]:
         """The held text, the inferred Finish, and the usage when the worker counted."""

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters import base
-from adapters.backends import openai_decode, tgi_decode, triton_decode
+from adapters.backends import checked, openai_decode, tgi_decode, triton_decode
 from adapters.frontends import openai_encode
 from schemas import canonical, errors
 from schemas import events as ev
@@ -28,7 +28,8 @@ from schemas import events as ev
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False,
                                                                allow_infinity=False)
-    | st.sampled_from(["", "a", "0", "12", "token_id:7", "stop", "length"]),
+    | st.sampled_from(["", "a", "0", "12", "token_id:7", "token_id:99999999999999999999",
+                       "stop", "length", 2**63, 2**64 - 1, -2**63, 1e19, 1e300]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
         st.sampled_from(["a", "0", "1", "token", "logprob", "id", "text"]), inner, max_size=3),
     max_leaves=6)
@@ -127,7 +128,7 @@ def decoded(make: Make, framing: str, obj: dict[str, Any]) -> list[ev.Event]:
 
 def of_type(value: Any, hint: Any) -> bool:
     """`value` is of the annotation `hint`, as a compiled reader checks it (an int is a float;
-    a bool is an int, as in Python)."""
+    a bool is an int, as in Python), and an int one the encoders can write."""
     origin = typing.get_origin(hint)
     if hint is Any:
         return True
@@ -144,6 +145,8 @@ def of_type(value: Any, hint: Any) -> bool:
         return isinstance(value, list) and all(of_type(v, item) for v in value)
     if dataclasses.is_dataclass(hint):
         return isinstance(value, hint) and well_typed(value)
+    if hint is int:  # and one orjson can write
+        return isinstance(value, int) and checked.INT_MIN <= value <= checked.INT_MAX
     return isinstance(value, hint)
 
 
