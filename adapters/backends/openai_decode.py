@@ -79,8 +79,8 @@ def chat_logprobs(lp: Any, ids: list[int] | None) -> list[ev.TokenLogprob] | Non
         raw = checked.integers(t.get("bytes"), "a token's bytes")
         if (named := placeholder(token)) is not None:
             tid, token = named, bytes(raw or ()).decode("utf-8", "replace")
-        out.append(ev.TokenLogprob(token, checked.number(t["logprob"], "a log prob"), raw,
-                                   tid, tops))
+        value = checked.optional_number(t["logprob"], "a log prob")  # as before: null kept
+        out.append(ev.TokenLogprob(token, value, raw, tid, tops))
     return out
 
 
