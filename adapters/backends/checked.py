@@ -26,6 +26,16 @@ def string(value: Any, what: str) -> str:
     return value
 
 
+def text(value: Any, what: str) -> str:
+    """A text as workers write it: a string, or nothing (null, absent, "") as "". Run on
+    every streamed chunk: the check is written out here, not a call to `string`."""
+    if not value:
+        return ""
+    if type(value) is not str:
+        raise _wrong(what, value, "a string")
+    return value
+
+
 def optional_string(value: Any, what: str) -> str | None:
     return None if value is None else string(value, what)
 

@@ -143,17 +143,6 @@ def arguments(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
-def text_of(value: Any) -> str:
-    """A choice's text as the worker sent it: a string, or nothing (""). Any other JSON value
-    is the worker's fault (the TypeError reads as an event of the wrong shape), in both builds:
-    the compiled encoders check that a text is a string (setup.py)."""
-    if not value:
-        return ""
-    if type(value) is not str:
-        raise TypeError(f"a choice's text is {type(value).__name__}, not a string")
-    return value
-
-
 def in_band_error(err: Any) -> errors.GatewayError:
     """An error event in a stream: vLLM's carries the status it would have answered (its
     int `code`, engine/serving.py create_error_response: 400 for a VLLMValidationError or
@@ -230,7 +219,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
         ids = checked.integers(c["token_ids"], "token_ids") if "token_ids" in c else None
         lp = c["logprobs"] if "logprobs" in c else None
         lps = chat_logprobs(lp, ids) if lp else None
-        text = text_of(m.get("content"))
+        text = checked.text(m.get("content"), "a choice's text")
         if text or ids or lps:
             out.append(ev.TextDelta(i, text, ids, lps))
         if extras and (calls := m.get("tool_calls")):
@@ -282,7 +271,8 @@ class OpenAIDecoder(decoder.FramedDecoder):
         """Role and reasoning (vLLM < 0.12 `reasoning_content`, later `reasoning`)."""
         if m.get("role"):
             out.append(ev.Role(i, checked.string(m["role"], "a role")))
-        reasoning = text_of(m.get("reasoning_content") or m.get("reasoning"))
+        reasoning = checked.text(m.get("reasoning_content") or m.get("reasoning"),
+                                 "a choice's reasoning")
         if reasoning:
             out.append(ev.ReasoningDelta(i, reasoning))
 
@@ -291,7 +281,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
             out.append(prompt_info(i, c.get("prompt_token_ids"), c.get("prompt_logprobs")))
         ids = checked.integers(c.get("token_ids"), "token_ids")
         lp = c.get("logprobs")
-        text = text_of(c.get("text"))
+        text = checked.text(c.get("text"), "a choice's text")
         lps = completion_logprobs(lp, ids, text) if lp else None
         if text or ids or lps:
             out.append(ev.TextDelta(i, text, ids, lps))

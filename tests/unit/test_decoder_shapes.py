@@ -29,7 +29,7 @@ DECODERS: dict[str, tuple[Make, list[bytes]]] = {
         b'{"choices":[{"index":0,"delta":{"tool_calls":[5]}}]}',
         b'{"choices":[{"index":0,"delta":{"tool_calls":[{"function":"f"}]}}]}',
         # a text or an index of another JSON type: the compiled build's encoders would refuse
-        # it mid-stream, so both builds refuse it here (openai_decode.text_of)
+        # it mid-stream, so both builds refuse it here (checked.text)
         b'{"choices":[{"index":0,"delta":{"content":5}}]}',
         b'{"choices":[{"index":"0","delta":{"content":"a"}}]}',
         b'{"choices":[{"index":0,"delta":{"reasoning":{"a":1}}}]}']),

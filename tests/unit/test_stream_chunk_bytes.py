@@ -44,7 +44,7 @@ def test_plain_text_chunks_equal_the_dict_built_ones(texts: list[tuple[Any, Any]
                                                      include_usage: bool, elasticsearch: bool,
                                                      chat: bool) -> None:
     """Any text (a JSON value of any type) and any choice index (an int, or the odd `true`,
-    `1.0` or `"0"` a broken worker writes; the OpenAI decoder refuses those, text_of)."""
+    `1.0` or `"0"` a broken worker writes; the OpenAI decoder refuses those, checked.text)."""
     req = canonical.InferenceRequest(messages=[canonical.Message("user", "hi")], stream=True,
                                      include_usage=include_usage)
     fast, slow = _pair(req, chat, elasticsearch)
