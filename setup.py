@@ -40,6 +40,7 @@ COMPILED = [
     "gateway/serving.py",
     "gateway/telemetry.py",
     "gateway/whole.py",
+    "schemas/events.py",
 ]
 
 ext_modules = []

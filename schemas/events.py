@@ -1,6 +1,10 @@
 """Canonical stream events: what every worker decoder yields and every client encoder consumes.
 
-Plain slotted dataclasses, not pydantic: one is made per token on the hot path.
+Plain slotted dataclasses, not pydantic: one is made per token on the hot path. Each writes its
+own `__init__` (`init=False`): compiled (setup.py), the decoders then build events by a native
+call, where the generated `__init__` runs as interpreted code (about 1,500 instructions an
+event, bench/RESULTS.md section 24); fields, equality, `repr`, `replace` and `asdict` stay the
+dataclass's.
 An upstream failure is not an event: decoders raise a `GatewayError` (see errors.py), and the
 relay turns it into the client protocol's in-band error.
 """
@@ -16,7 +20,7 @@ FinishReason = Literal[
 ]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TopLogprob:
     """One alternative token at a position."""
 
@@ -25,8 +29,15 @@ class TopLogprob:
     bytes: list[int] | None = None
     id: int | None = None
 
+    def __init__(self, token: str, logprob: float, bytes: list[int] | None = None,
+                 id: int | None = None) -> None:
+        self.token = token
+        self.logprob = logprob
+        self.bytes = bytes
+        self.id = id
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class TokenLogprob:
     """The sampled token at one position, with its alternatives; no log prob (None) for the
     first token of an echoed prompt, which nothing precedes (vLLM's `token_logprobs[0]`)."""
@@ -40,16 +51,30 @@ class TokenLogprob:
     # none, and `token` is then the text a client's token object shows for it (`</s>`).
     special: bool | None = None
 
+    def __init__(self, token: str, logprob: float | None, bytes: list[int] | None = None,
+                 id: int | None = None, top: list[TopLogprob] | None = None,
+                 special: bool | None = None) -> None:
+        self.token = token
+        self.logprob = logprob
+        self.bytes = bytes
+        self.id = id
+        self.top = [] if top is None else top
+        self.special = special
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class Role:
     """A choice starts; workers that never say so get one synthesised by encoders."""
 
     choice: int
     role: str = "assistant"
 
+    def __init__(self, choice: int, role: str = "assistant") -> None:
+        self.choice = choice
+        self.role = role
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class TextDelta:
     """Generated text for one choice, with the token ids and logprobs behind it when known."""
 
@@ -57,6 +82,13 @@ class TextDelta:
     text: str
     token_ids: list[int] | None = None
     logprobs: list[TokenLogprob] | None = None
+
+    def __init__(self, choice: int, text: str, token_ids: list[int] | None = None,
+                 logprobs: list[TokenLogprob] | None = None) -> None:
+        self.choice = choice
+        self.text = text
+        self.token_ids = token_ids
+        self.logprobs = logprobs
 
     def per_token(self, unknown_id: int = -1) -> list[tuple[int, str, TokenLogprob | None]]:
         """One (id, text, logprob) per generated token, for protocols that write a line per
@@ -79,15 +111,19 @@ class TextDelta:
         return out
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ReasoningDelta:
     """Reasoning ("thinking") text, kept apart from the answer."""
 
     choice: int
     text: str
 
+    def __init__(self, choice: int, text: str) -> None:
+        self.choice = choice
+        self.text = text
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ToolCallDelta:
     """A fragment of one tool call; id and name come with the first fragment of a call."""
 
@@ -97,8 +133,16 @@ class ToolCallDelta:
     name: str | None = None
     arguments: str = ""
 
+    def __init__(self, choice: int, index: int, id: str | None = None,
+                 name: str | None = None, arguments: str = "") -> None:
+        self.choice = choice
+        self.index = index
+        self.id = id
+        self.name = name
+        self.arguments = arguments
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class Finish:
     """A choice ended; `matched` is the stop string or stop token id when one ended it."""
 
@@ -106,8 +150,14 @@ class Finish:
     reason: FinishReason
     matched: str | int | None = None
 
+    def __init__(self, choice: int, reason: FinishReason,
+                 matched: str | int | None = None) -> None:
+        self.choice = choice
+        self.reason = reason
+        self.matched = matched
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class Usage:
     """Token counts for the whole request."""
 
@@ -116,12 +166,19 @@ class Usage:
     reasoning_tokens: int | None = None
     cached_tokens: int | None = None
 
+    def __init__(self, prompt_tokens: int, completion_tokens: int,
+                 reasoning_tokens: int | None = None, cached_tokens: int | None = None) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.reasoning_tokens = reasoning_tokens
+        self.cached_tokens = cached_tokens
+
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PromptInfo:
     """What a worker says about the prompt: its token ids and per-token logprobs (with the
     alternatives it gave in `top`), and each prompt token's rank where the worker says it."""
@@ -130,6 +187,14 @@ class PromptInfo:
     token_ids: list[int] | None = None
     logprobs: list[TokenLogprob | None] | None = None
     ranks: list[int | None] | None = None
+
+    def __init__(self, choice: int, token_ids: list[int] | None = None,
+                 logprobs: list[TokenLogprob | None] | None = None,
+                 ranks: list[int | None] | None = None) -> None:
+        self.choice = choice
+        self.token_ids = token_ids
+        self.logprobs = logprobs
+        self.ranks = ranks
 
 
 Event = Role | TextDelta | ReasoningDelta | ToolCallDelta | Finish | Usage | PromptInfo

@@ -136,7 +136,6 @@ class FramedDecoder:
         """Each (name, data) event: one orjson.loads and the worker's `on_event`; the
         terminator is the one payload that is not JSON (as written, it is compared first: a
         failed orjson.loads costs about 4 us, its JSONDecodeError being built in Python)."""
-        on_event = self.on_event
         done = self.DONE
         try:
             for _, payload in events:
@@ -153,7 +152,7 @@ class FramedDecoder:
                                                 detail=repr(payload[:200])) from None
                 if type(obj) is not dict:
                     raise errors.UpstreamBroken(self.NOT_OBJECT)
-                on_event(obj, out)
+                self.on_event(obj, out)
         except self.MALFORMED as exc:
             raise malformed(exc) from None
 

@@ -209,7 +209,10 @@ class OpenAIDecoder(decoder.FramedDecoder):
                 raise TypeError(f"a choice's index is {type(i).__name__}, not an integer")
             if ended and i in ended:  # past its finish
                 continue
-            (self._chat_choice if self._chat else self._text_choice)(c, i, c.get("delta"), out)
+            if self._chat:
+                self._chat_choice(c, i, c.get("delta"), out)
+            else:
+                self._text_choice(c, i, out)
 
     def _chat_choice(self, c: dict[str, Any], i: Any, delta: dict[str, Any] | None,
                      out: list[ev.Event]) -> None:
@@ -276,7 +279,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
         if reasoning:
             out.append(ev.ReasoningDelta(i, reasoning))
 
-    def _text_choice(self, c: dict[str, Any], i: Any, _: Any, out: list[ev.Event]) -> None:
+    def _text_choice(self, c: dict[str, Any], i: Any, out: list[ev.Event]) -> None:
         if c.get("prompt_token_ids") is not None or c.get("prompt_logprobs") is not None:
             out.append(prompt_info(i, c.get("prompt_token_ids"), c.get("prompt_logprobs")))
         ids = checked.integers(c.get("token_ids"), "token_ids")
@@ -306,7 +309,10 @@ class OpenAIDecoder(decoder.FramedDecoder):
             if self._wants_prompt and not self._chat:
                 self._prompt_of(c, i, out)
             calls_before = len(out)
-            (self._chat_choice if self._chat else self._text_choice)(c, i, None, out)
+            if self._chat:
+                self._chat_choice(c, i, None, out)
+            else:
+                self._text_choice(c, i, out)
             _renumber_calls(out, calls_before)
         if u := obj.get("usage"):
             out.append(usage(u))

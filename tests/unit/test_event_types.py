@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
+import sys
 import types
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -143,19 +146,36 @@ def of_type(value: Any, hint: Any) -> bool:
     if origin is list:
         (item,) = typing.get_args(hint)
         return isinstance(value, list) and all(of_type(v, item) for v in value)
-    if dataclasses.is_dataclass(hint):
-        return isinstance(value, hint) and well_typed(value)
+    if dataclasses.is_dataclass(hint):  # the source's class: the same name
+        return type(value).__name__ == hint.__name__ and well_typed(value)
     if hint is int:  # and one orjson can write
         return isinstance(value, int) and checked.INT_MIN <= value <= checked.INT_MAX
     return isinstance(value, hint)
 
 
-HINTS = {cls: typing.get_type_hints(cls, vars(ev)) for cls in typing.get_args(ev.Event)}
-HINTS |= {cls: typing.get_type_hints(cls, vars(ev)) for cls in (ev.TokenLogprob, ev.TopLogprob)}
+def declared() -> dict[str, dict[str, Any]]:
+    """Each event class's field types as its source declares them. Compiled (setup.py), a
+    class's annotations hold only what its native layout checks (`type` for `list[int] |
+    None`), so they are read from the source, run here as a plain module."""
+    source = importlib.util.spec_from_file_location("events_as_declared",
+                                                    Path(ev.__file__).parent / "events.py")
+    assert source is not None and source.loader is not None
+    module = importlib.util.module_from_spec(source)
+    sys.modules[source.name] = module  # dataclasses resolves the module's own names
+    try:
+        source.loader.exec_module(module)
+    finally:
+        del sys.modules[source.name]
+    return {name: typing.get_type_hints(getattr(module, name), vars(module))
+            for name in (*(cls.__name__ for cls in typing.get_args(ev.Event)),
+                         "TokenLogprob", "TopLogprob")}
+
+
+HINTS = declared()
 
 
 def well_typed(e: Any) -> bool:
-    return all(of_type(getattr(e, f.name), HINTS[type(e)][f.name])
+    return all(of_type(getattr(e, f.name), HINTS[type(e).__name__][f.name])
                for f in dataclasses.fields(e))
 
 

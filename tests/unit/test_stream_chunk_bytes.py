@@ -44,14 +44,18 @@ def test_plain_text_chunks_equal_the_dict_built_ones(texts: list[tuple[Any, Any]
                                                      include_usage: bool, elasticsearch: bool,
                                                      chat: bool) -> None:
     """Any text (a JSON value of any type) and any choice index (an int, or the odd `true`,
-    `1.0` or `"0"` a broken worker writes; the OpenAI decoder refuses those, checked.text)."""
+    `1.0` or `"0"` a broken worker writes; the OpenAI decoder refuses those, checked.text).
+    Compiled, such an event cannot be made at all."""
     req = canonical.InferenceRequest(messages=[canonical.Message("user", "hi")], stream=True,
                                      include_usage=include_usage)
     fast, slow = _pair(req, chat, elasticsearch)
     assert fast._plain
     for choice, text in texts:
-        assert _outcome(fast, ev.TextDelta(choice, text)) == \
-            _outcome(slow, ev.TextDelta(choice, text))
+        try:
+            e = ev.TextDelta(choice, text)
+        except TypeError:  # compiled (setup.py), an event checks its own fields' types
+            continue
+        assert _outcome(fast, e) == _outcome(slow, e)
     assert fast.finish() == slow.finish()
 
 
@@ -112,8 +116,11 @@ def test_elastic_text_chunks_equal_the_dict_built_ones(texts: list[tuple[Any, An
     fast = elastic_encode.ChatStreamEncoder(META, framing)
     slow = _DictBuiltElastic(META, framing)
     for choice, text in texts:
-        assert _outcome(fast, ev.TextDelta(choice, text)) == \
-            _outcome(slow, ev.TextDelta(choice, text))
+        try:
+            e = ev.TextDelta(choice, text)
+        except TypeError:  # compiled (setup.py), an event checks its own fields' types
+            continue
+        assert _outcome(fast, e) == _outcome(slow, e)
     fast.encode(ev.Usage(3, 4))
     slow.encode(ev.Usage(3, 4))
     assert fast.finish() == slow.finish()
