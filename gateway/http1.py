@@ -1,13 +1,11 @@
 """The upstream client of production: HTTP/1.1 on asyncio Protocols, parsed by httptools.
 
-The benchmark's profile put aiohttp's per-request machinery (ClientRequest, its header and
-cookie handling, StreamWriter, StreamReader) at a fifth of the gateway's CPU for whole answers
-and its StreamReader on every streamed chunk. Here a request is one pre-framed write (the
-request line and Host header made once per URL), the response is parsed by httptools (the
-parser uvicorn serves with) in `data_received`, and a reader waits on one future per read.
-Connections are kept alive per host; one that breaks before the status line after being
-reused is retried once on a fresh connection (the worker closed it while idle), as aiohttp
-does. Closing a response whose body is unfinished closes its connection: the worker aborts."""
+aiohttp's per-request machinery was a fifth of the gateway's CPU for whole answers (issue 17).
+Here a request is one pre-framed write (its request line and Host made once per URL), the
+answer is parsed by httptools (uvicorn's parser) in `data_received`, and a reader waits on one
+future per read. Connections are kept alive per host; one that breaks before the status line
+after being reused is retried once on a fresh one (the worker closed it while idle), as aiohttp
+does. Closing an answer with its body unfinished closes its connection: the worker aborts."""
 
 from __future__ import annotations
 
@@ -53,6 +51,7 @@ class Connection(asyncio.Protocol):
         self.keep_alive = False
         self.framed = False  # a content-length or transfer-encoding header came
         self.interim = False  # a 1xx head is being parsed
+        self.retry_after: str | None = None  # the answer's Retry-After, passed on with an error
         self.error: str | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.paused = False
@@ -91,6 +90,8 @@ class Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self.framed and name.lower() in (b"content-length", b"transfer-encoding"):
             self.framed = True
+        elif len(name) == 11 and name.lower() == b"retry-after":
+            self.retry_after = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -99,6 +100,7 @@ class Connection(asyncio.Protocol):
             # same connection and is the answer (RFC 9110 section 15.2); its fields are dropped
             self.interim = True
             self.framed = False
+            self.retry_after = None
             return
         self.status = status
         if not self.head.done():
@@ -192,6 +194,7 @@ class Connection(asyncio.Protocol):
         self.head = asyncio.get_running_loop().create_future()
         self.chunks.clear()
         self.complete = self.keep_alive = self.framed = self.interim = False
+        self.retry_after = None
         self.used += 1
         if self.paused and self.transport is not None:  # a relay ended with reading paused
             self.paused = False
@@ -201,21 +204,20 @@ class Connection(asyncio.Protocol):
 class Http1Response:
     """An answer being read; `aclose` returns its connection to the pool or closes it."""
 
-    __slots__ = ("_conn", "_pool", "status")
+    __slots__ = ("_conn", "_pool", "retry_after", "status")
 
     def __init__(self, conn: Connection, pool: Http1Client):
         self._conn = conn
         self._pool = pool
         self.status = conn.status
+        self.retry_after = conn.retry_after
 
     async def read_chunk(self) -> bytes:
         conn = self._conn
         while True:
             if conn.chunks:
                 data = conn.take()
-                if conn.paused and conn.transport is not None:
-                    conn.paused = False
-                    conn.transport.resume_reading()
+                self.resume_reading()
                 return data
             if conn.complete:
                 return b""
@@ -232,9 +234,7 @@ class Http1Response:
         already goes at once); `read_chunk` is not used meanwhile."""
         conn = self._conn
         conn.sink = sink
-        if conn.paused and conn.transport is not None:
-            conn.paused = False
-            conn.transport.resume_reading()
+        self.resume_reading()
         if conn.chunks or conn.complete or conn.error is not None:
             conn.pump()
 

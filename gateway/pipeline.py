@@ -219,7 +219,7 @@ class Pipeline:
     async def _first(self, route: routing.Route, req: canonical.InferenceRequest,
                      resp: upstream.UpstreamResponse, streaming: bool) -> Opened:
         if resp.status >= 400:
-            raise route.backend.parse_error(resp.status, await resp.read())
+            raise await upstream.refusal(route.backend, resp)
         dec = route.decoder(req, streaming)
         try:
             if not streaming:  # one body: all of it is before the client's first byte

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -41,6 +42,7 @@ def _masked(url: str) -> str:
 
 class UpstreamResponse(Protocol):
     status: int
+    retry_after: str | None  # the answer's Retry-After field, as the worker wrote it
 
     async def read_chunk(self) -> bytes:
         """The body bytes that have arrived, as the socket gave them; b"" at the end."""
@@ -103,11 +105,12 @@ def map_errors(before_status: bool) -> Iterator[None]:
 
 
 class AiohttpResponse:
-    __slots__ = ("_resp", "status")
+    __slots__ = ("_resp", "retry_after", "status")
 
     def __init__(self, resp: aiohttp.ClientResponse):
         self._resp = resp
         self.status = resp.status
+        self.retry_after = resp.headers.get("retry-after")
 
     async def read_chunk(self) -> bytes:
         try:  # a plain try, not map_errors: this runs once per chunk
@@ -160,11 +163,12 @@ class AiohttpClient:
 
 
 class HttpxResponse:
-    __slots__ = ("_chunks", "_resp", "status")
+    __slots__ = ("_chunks", "_resp", "retry_after", "status")
 
     def __init__(self, resp: httpx.Response):
         self._resp = resp
         self.status = resp.status_code
+        self.retry_after = resp.headers.get("retry-after")
         self._chunks: AsyncIterator[bytes] | None = None
 
     async def read_chunk(self) -> bytes:
@@ -208,3 +212,26 @@ class HttpxClient:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+# RFC 9110 section 10.2.3: delta-seconds, or an HTTP date (IMF-fixdate, as servers write it)
+_RETRY_AFTER = re.compile(
+    r"\d{1,10}|[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT")
+
+
+def with_retry_after(exc: errors.GatewayError, retry_after: str | None) -> errors.GatewayError:
+    """A worker's 429 or 503 with its Retry-After: the client is told when to come back, as
+    the worker told the gateway (openai-python waits that long before its retry, up to a
+    minute: _base_client.py `_calculate_retry_timeout`). A value that is neither
+    delta-seconds nor an HTTP date is not passed on."""
+    if retry_after is not None and exc.status in (429, 503) \
+            and _RETRY_AFTER.fullmatch(retry_after):
+        exc.retry_after = retry_after
+    return exc
+
+
+async def refusal(backend: base.Backend, resp: UpstreamResponse) -> errors.GatewayError:
+    """A worker's error answer (its status and body, as its backend reads them), with the
+    Retry-After it gave."""
+    return with_retry_after(backend.parse_error(resp.status, await resp.read()),
+                            resp.retry_after)

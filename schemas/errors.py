@@ -44,6 +44,9 @@ class GatewayError(Exception):
 
     status: int = 500
     kind: str = "internal_error"
+    # The answer's Retry-After (RFC 9110 section 10.2.3): the gateway's own 429 (Overloaded),
+    # or what the worker said with the 429 or 503 it passes on (gateway.pipeline).
+    retry_after: int | str | None = None
 
     def __init__(self, message: str, *, field: str | None = None, status: int | None = None,
                  detail: str | None = None):
@@ -116,7 +119,7 @@ class Overloaded(RequestError):
 
     status = 429
     kind = "overloaded"
-    retry_after = 1
+    retry_after: int | str | None = 1
 
 
 class Unsupported(RequestError):

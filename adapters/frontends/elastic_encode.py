@@ -346,10 +346,7 @@ def es_error(exc: errors.GatewayError) -> dict[str, Any]:
 
 
 def _headers(exc: errors.GatewayError) -> dict[str, str]:
-    headers = dict(PRODUCT_HEADERS)
-    if isinstance(exc, errors.Overloaded):
-        headers["retry-after"] = str(exc.retry_after)  # elastic-transport retries 429
-    return headers
+    return {**PRODUCT_HEADERS, **base.retry_headers(exc)}  # elastic-transport retries 429
 
 
 def render_json_error(exc: errors.GatewayError) -> base.Rendered:

@@ -241,7 +241,7 @@ def render_error(exc: errors.GatewayError, st: LmiState | None) -> base.Rendered
     no room for the message, so it is written only where the seed requires it: as the last
     line of a stream that fails after its first token (lmi_encode)."""
     status = error_status(exc)
-    headers = {"retry-after": str(exc.retry_after)} if isinstance(exc, errors.Overloaded) else {}
+    headers = base.retry_headers(exc)
     message = exc.message
     if isinstance(exc, errors.Unsupported) and exc.field and st is not None:
         # a worker's refusal names its own field: say which parameter the client wrote

@@ -396,5 +396,5 @@ def error_object(exc: errors.GatewayError) -> dict[str, Any]:
 
 
 def render_error(exc: errors.GatewayError) -> base.Rendered:
-    headers = {"retry-after": str(exc.retry_after)} if isinstance(exc, errors.Overloaded) else {}
-    return base.Rendered(exc.status, orjson.dumps(error_object(exc)), headers=headers)
+    return base.Rendered(exc.status, orjson.dumps(error_object(exc)),
+                         headers=base.retry_headers(exc))

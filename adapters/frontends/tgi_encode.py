@@ -393,7 +393,7 @@ def render_error(exc: errors.GatewayError, in_stream: bool) -> base.Rendered:
     if isinstance(exc, errors.MalformedBody):  # axum's Json extractor, before any stream
         return base.Rendered(exc.status, exc.message.encode(), "text/plain; charset=utf-8")
     status, body = error_json(exc)
-    headers = {"retry-after": str(exc.retry_after)} if isinstance(exc, errors.Overloaded) else {}
+    headers = base.retry_headers(exc)
     if in_stream and exc.status not in (401, 408, 413) and not isinstance(exc, errors.NoRoute):
         return base.Rendered(200, framing.sse(body), StreamEncoder.media_type,
                              {**StreamEncoder.headers, **headers})

@@ -12,6 +12,8 @@ for its status, its error body in the calling protocol's shape, its media type a
 
 from __future__ import annotations
 
+import dataclasses
+import http.server
 import socket
 import threading
 import time
@@ -344,3 +346,65 @@ def test_a_client_leaving_mid_stream_aborts_the_worker(gw: str, sim: str, name: 
         time.sleep(0.02)
     assert stats["aborted"] == 1 and stats["active"] == 0, stats
     assert stats["last_abort_at"] - left_at < 1.0
+
+
+class RateLimited(http.server.BaseHTTPRequestHandler):
+    """A worker behind a rate limiter: healthy, and every generation is a 429 with the
+    limiter's Retry-After and OpenAI's rate-limit body (openai-python RateLimitError)."""
+
+    def do_GET(self) -> None:
+        self._answer(200, b'{"object":"list","data":[]}', {})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self._answer(429, orjson.dumps({"error": {
+            "message": "Rate limit reached for requests", "type": "requests", "param": None,
+            "code": "rate_limit_exceeded"}}), {"retry-after": "7"})
+
+    def _answer(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for name, value in {**headers, "content-type": "application/json",
+                            "content-length": str(len(body))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def limited_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    worker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RateLimited)
+    thread = threading.Thread(target=worker.serve_forever, daemon=True)
+    thread.start()
+    proc, url = procs.gateway(tmp_path_factory.mktemp("grid-limited"), _config(
+        f"http://127.0.0.1:{worker.server_address[1]}", "retries: 1"))
+    try:
+        yield url
+    finally:
+        proc.stop()
+        worker.shutdown()
+        worker.server_close()
+        thread.join(TIMEOUT)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_rate_limited_workers_retry_after_reaches_every_protocol(limited_gw: str,
+                                                                   stream: bool) -> None:
+    """Every worker answering 429 is the client's 429 with the worker's own Retry-After
+    (RFC 9110 section 10.2.3), which openai-python waits before its retry
+    (_base_client.py `_calculate_retry_timeout`), where it would otherwise back off on its
+    own; TGI's routes tell it as TGI's overload (server.rs: 429 "Model is overloaded")."""
+    for name, proto in PROTOS.items():
+        if (proto.never_streams and stream) or (proto.always_streams and not stream):
+            continue
+        resp = post(limited_gw, proto, MSG, stream)
+        assert resp.headers.get("retry-after") == "7", (name, resp.headers)
+        # Elasticsearch: the inference action failed (its stream's `event: error`), not a
+        # rejection by its REST layer
+        shown = dataclasses.replace(proto, inband_before_first_byte=stream
+                                    and proto.inband_before_first_byte)
+        message = check_error_body(shown, resp, 429, rest_layer=False)
+        assert "Rate limit reached for requests" in message or message == "Model is overloaded", \
+            (name, message)

@@ -264,6 +264,31 @@ async def test_an_interim_answer_is_skipped_and_the_final_status_wins(interim: b
     assert srv.connections == 1
 
 
+async def test_an_answers_retry_after_is_its_own() -> None:
+    """The worker's Retry-After (RFC 9110 section 10.2.3) is kept with its answer, for the
+    error passed on (gateway.pipeline.with_retry_after): the next answer on the same
+    connection has none of its own, and an interim answer's fields are dropped with it."""
+    answers = [b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\ncontent-length: 2\r\n\r\nno",
+               b"HTTP/1.1 103 Early Hints\r\nretry-after: 9\r\n\r\n"
+               b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"]
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        for raw in answers:
+            await read_request(r)
+            w.write(raw)
+
+    srv = Server(handler)
+    async with srv as url:
+        client = http1.Http1Client(2.0)
+        seen = []
+        for _ in answers:
+            resp = await client.send(post(url))
+            seen.append((resp.status, resp.retry_after, await resp.read()))
+            await resp.aclose()
+        await client.aclose()
+    assert seen == [(429, "7", b"no"), (200, None, b"ok")]
+    assert srv.connections == 1
+
 async def test_unfinished_body_closed_and_cancelled_request_close_the_connection() -> None:
     srv: Server
     arrived = asyncio.Event()

@@ -11,6 +11,8 @@ import orjson
 import pytest
 import respx
 
+from gateway import upstream
+from schemas import errors
 from tests.unit.test_pipeline_respx import CHAT, SSE_OK, call, healthy, make_config, worker_ok
 
 # vLLM 0.11 serving_chat.py: an exception of the stream's generator is written as one error
@@ -105,6 +107,7 @@ async def test_every_worker_rate_limited_is_the_clients_429() -> None:
         resp = await call(r, CHAT)
     assert resp.status_code == 429
     assert resp.json()["error"]["message"] == "Rate limit reached for requests"
+    assert resp.headers["retry-after"] == "1"  # the worker's own
 
 
 @pytest.mark.anyio
@@ -141,3 +144,15 @@ async def test_a_stream_answered_with_no_event_at_all_is_tried_on_another_worker
     assert resp.status_code == 200 and '"content":"Hello"' in resp.text
     assert resp.text.endswith("data: [DONE]\n\n")
     assert dying.call_count == 1 and good.call_count == 1
+
+
+@pytest.mark.parametrize(("status", "given", "passed_on"), [
+    (429, "7", "7"), (503, "120", "120"),
+    (429, "Wed, 21 Oct 2026 07:28:00 GMT", "Wed, 21 Oct 2026 07:28:00 GMT"),
+    (429, "soon", None), (429, "1" * 11, None), (400, "7", None)])
+def test_only_a_well_formed_retry_after_of_a_429_or_503_is_passed_on(
+        status: int, given: str, passed_on: str | None) -> None:
+    """RFC 9110 section 10.2.3: delta-seconds or an HTTP date; a refusal of the request
+    itself (a 400) says nothing of when to come back."""
+    exc = upstream.with_retry_after(errors.UpstreamUnavailable("busy", status=status), given)
+    assert exc.retry_after == passed_on
