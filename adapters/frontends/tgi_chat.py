@@ -271,7 +271,7 @@ class ChatStreamEncoder:
     worker's finish comes with the last token, and takes the finish reason when it does."""
 
     media_type = "text/event-stream"
-    headers: Mapping[str, str] = tgi_encode.StreamEncoder.headers  # axum's Sse and TGI's
+    headers: Mapping[str, str] = tgi_encode.SSE_HEADERS  # axum's Sse and TGI's
 
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta):
         self._head = (b'{"object":"chat.completion.chunk","id":"","created":'

@@ -30,9 +30,8 @@ FINISH: dict[str, str] = {
     "abort": "eos_token", "error": "eos_token",
 }
 
-# "Unknown": a token whose id neither the worker nor the model's tokenizer gave (SPEC.md;
-# adapters/tokens.py). TGI ids are u32, so -1 never collides with a real id; clients read it as
-# an int (text_generation Token.id).
+# "Unknown": an id neither the worker nor the model's tokenizer gave (SPEC.md, adapters/tokens.py);
+# TGI ids are u32, so -1 is never a real one, and clients read it as an int (text_generation).
 UNKNOWN_ID = -1
 
 _F32 = struct.Struct("<f")
@@ -150,6 +149,12 @@ _MORE = b',"generated_text":null,"details":null}\n\n'
 _EMPTY_TOKEN = {"id": UNKNOWN_ID, "text": "", "logprob": None, "special": True}
 
 
+SSE_MEDIA_TYPE = "text/event-stream"
+# axum's Sse (response/sse.rs): cache-control; server.rs generate_stream_internal: the other
+SSE_HEADERS: Mapping[str, str] = MappingProxyType({"cache-control": "no-cache",
+                                                   "x-accel-buffering": "no"})
+
+
 class StreamEncoder:
     """/generate_stream events. The last event must carry generated_text and details, and
     only the Finish (and the usage that gives `input_length`) says which token was last, so
@@ -159,9 +164,8 @@ class StreamEncoder:
     the final event carries an empty token instead (TGI never does that; time to first token
     matters more)."""
 
-    media_type = "text/event-stream"
-    # axum's Sse (response/sse.rs): cache-control; server.rs generate_stream_internal: the other
-    headers: Mapping[str, str] = MappingProxyType({"cache-control": "no-cache", "x-accel-buffering": "no"})
+    media_type = SSE_MEDIA_TYPE
+    headers: Mapping[str, str] = SSE_HEADERS
 
     def __init__(self, st: TgiState, special: frozenset[int] = _NONE):
         self._st = st
@@ -366,8 +370,6 @@ def error_parts(exc: errors.GatewayError) -> tuple[int, str, str]:
     if isinstance(exc, errors.NoRoute):  # axum's 404/405 (and TGI's 401) have no body
         return exc.status, exc.kind, exc.message
     if isinstance(exc, errors.RequestError | errors.UpstreamRejected):
-        if exc.status == 429:
-            return 429, "overloaded", "Model is overloaded"
         status = 422 if exc.status in (400, 422) or isinstance(exc, errors.UpstreamRejected) \
             else exc.status
         return status, "validation", f"Input validation error: {exc.message}"
@@ -387,14 +389,12 @@ def error_event(exc: errors.GatewayError) -> bytes:
 
 def render_error(exc: errors.GatewayError, in_stream: bool) -> base.Rendered:
     """TGI's error response; `in_stream`: /generate_stream, which runs every check inside the
-    stream, so the error is an event after HTTP 200. Rejections before TGI's handler (API key,
-    body size, body read timeout, no route for the path or method) keep their status and JSON
-    body."""
+    stream (the error is an event after HTTP 200). Rejections before TGI's handler (API key,
+    body size or read timeout, no route for the path or method) keep their status and body."""
     if isinstance(exc, errors.MalformedBody):  # axum's Json extractor, before any stream
         return base.Rendered(exc.status, exc.message.encode(), "text/plain; charset=utf-8")
     status, body = error_json(exc)
     headers = base.retry_headers(exc)
     if in_stream and exc.status not in (401, 408, 413) and not isinstance(exc, errors.NoRoute):
-        return base.Rendered(200, framing.sse(body), StreamEncoder.media_type,
-                             {**StreamEncoder.headers, **headers})
+        return base.Rendered(200, framing.sse(body), SSE_MEDIA_TYPE, {**SSE_HEADERS, **headers})
     return base.Rendered(status, body, headers=headers)

@@ -95,14 +95,16 @@ def test_encoders_that_say_they_hold_nothing_back_flush_nothing() -> None:
             assert enc.flush() == b""
 
 
-class _DictBuiltElastic(elastic_encode.ChatStreamEncoder):
-    """Elastic's chat encoder writing a text chunk from its dict, as its other chunks."""
-
-    def encode(self, e: ev.Event) -> bytes:
-        if isinstance(e, ev.TextDelta):
-            self._generated += len(e.token_ids) if e.token_ids is not None else 1
-            return self._delta(e.choice, {"content": e.text})
-        return super().encode(e)
+def _dict_built(enc: elastic_encode.ChatStreamEncoder, e: ev.Event) -> bytes | str:
+    """What Elastic's chat encoder writes for `e` with a text chunk built from its dict, as its
+    other chunks are (a function, not a subclass: compiled, setup.py, the class has none)."""
+    if not isinstance(e, ev.TextDelta):
+        return _outcome(enc, e)
+    enc._generated += len(e.token_ids) if e.token_ids is not None else 1
+    try:
+        return enc._delta(e.choice, {"content": e.text})
+    except TypeError as exc:
+        return repr(exc)
 
 
 @given(texts=st.lists(st.tuples(st.one_of(st.integers(0, 3), st.booleans(), st.just(1.0),
@@ -114,13 +116,13 @@ def test_elastic_text_chunks_equal_the_dict_built_ones(texts: list[tuple[Any, An
     ChatCompletionChunk: `delta` then `index`, the role chunk before a choice's first): a text
     chunk's bytes around one dumps of its text are the dict-built chunk's, in both framings."""
     fast = elastic_encode.ChatStreamEncoder(META, framing)
-    slow = _DictBuiltElastic(META, framing)
+    slow = elastic_encode.ChatStreamEncoder(META, framing)
     for choice, text in texts:
         try:
             e = ev.TextDelta(choice, text)
         except TypeError:  # compiled (setup.py), an event checks its own fields' types
             continue
-        assert _outcome(fast, e) == _outcome(slow, e)
+        assert _outcome(fast, e) == _dict_built(slow, e)
     fast.encode(ev.Usage(3, 4))
     slow.encode(ev.Usage(3, 4))
     assert fast.finish() == slow.finish()
