@@ -81,7 +81,7 @@ class Rendered:
 
 def retry_headers(exc: errors.GatewayError) -> dict[str, str]:
     """The error answer's Retry-After, in every client protocol: the gateway's own 429, or the
-    one a worker gave with the 429 or 503 passed on (gateway.pipeline.with_retry_after)."""
+    one a worker gave with the 429 or 503 passed on (gateway.upstream.with_retry_after)."""
     return {} if exc.retry_after is None else {"retry-after": str(exc.retry_after)}
 
 

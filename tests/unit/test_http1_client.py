@@ -88,6 +88,17 @@ def answers_once(raw: bytes) -> Handler:
     return handler
 
 
+def answers_in_turn(answers: list[bytes]) -> Handler:
+    """A worker that answers each request on its connection with the next of `answers`, each
+    in one write (on loopback, one read: the head and the whole body)."""
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        for raw in answers:
+            await read_request(r)
+            w.write(raw)
+
+    return handler
+
+
 def post(url: str, body: bytes = b"{}") -> base.UpstreamRequest:
     return base.UpstreamRequest("POST", url + "/v1/chat/completions", body,
                                 {"content-type": "application/json", "x-request-id": "r1"})
@@ -129,12 +140,7 @@ async def test_a_body_here_whole_with_its_head_reads_as_every_piece_joined() -> 
                b"3\r\nabc\r\n2\r\nde\r\n1\r\nf\r\n0\r\n\r\n",
                b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"]
 
-    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        for raw in answers:
-            await read_request(r)
-            w.write(raw)  # one write: the head and the whole body in one read, on loopback
-
-    srv = Server(handler)
+    srv = Server(answers_in_turn(answers))
     async with srv as url:
         client = http1.Http1Client(2.0)
         bodies = []
@@ -266,18 +272,13 @@ async def test_an_interim_answer_is_skipped_and_the_final_status_wins(interim: b
 
 async def test_an_answers_retry_after_is_its_own() -> None:
     """The worker's Retry-After (RFC 9110 section 10.2.3) is kept with its answer, for the
-    error passed on (gateway.pipeline.with_retry_after): the next answer on the same
+    error passed on (gateway.upstream.with_retry_after): the next answer on the same
     connection has none of its own, and an interim answer's fields are dropped with it."""
     answers = [b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\ncontent-length: 2\r\n\r\nno",
                b"HTTP/1.1 103 Early Hints\r\nretry-after: 9\r\n\r\n"
                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"]
 
-    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        for raw in answers:
-            await read_request(r)
-            w.write(raw)
-
-    srv = Server(handler)
+    srv = Server(answers_in_turn(answers))
     async with srv as url:
         client = http1.Http1Client(2.0)
         seen = []
