@@ -117,6 +117,7 @@ class ProtocolEndpoint:
             # exception (setup.py: a compiled coroutine would leave it to the loop meanwhile).
             if failure is not None:
                 await self._fail(failure, x, send, answerer)
+                failure = None  # its traceback holds this frame: no cycle left to the collector
             if cut is not None:
                 x.outcome = "shutdown"
                 raise cut
