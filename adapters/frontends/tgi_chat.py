@@ -270,7 +270,7 @@ class ChatStreamEncoder:
     create_event_from_stream_token): a token's chunk waits for the end of its batch, where the
     worker's finish comes with the last token, and takes the finish reason when it does."""
 
-    media_type = "text/event-stream"
+    media_type = tgi_encode.SSE_MEDIA_TYPE
     headers: Mapping[str, str] = tgi_encode.SSE_HEADERS  # axum's Sse and TGI's
 
     def __init__(self, req: canonical.InferenceRequest, meta: base.ResponseMeta):
