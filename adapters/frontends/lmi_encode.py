@@ -86,11 +86,12 @@ class RollingStreamEncoder(_Framed):
         out = self._release() if self._held is not None else b""
         self._text.append(e.text)
         ids, lps = e.token_ids, e.logprobs
-        if ids is not None and len(ids) == 1 and not self._st.top_n_tokens:  # one token: fast
+        # one token (one id, or none and no log probs: the usual worker): `per_token`'s one
+        if not self._st.top_n_tokens and (len(ids) == 1 if ids else not lps):
             self._tokens += 1
             lp = lps[0] if lps else None
             self._held = b'{"token": {"id": %d, "text": %b, %b%b}' % (
-                ids[0], orjson.dumps(lp.token if lp is not None and lp.token else e.text),
+                ids[0] if ids else render.UNKNOWN_ID, orjson.dumps(lp.token if lp is not None and lp.token else e.text),
                 self._key, lmi_json.number(lp.logprob if lp is not None else None))
             return out
         toks = [(tid, lp.token if lp is not None and lp.token else text, lp)
@@ -271,7 +272,10 @@ class ChatStreamEncoder(_Framed):
         return self._chunk(choice)
 
     def flush(self) -> bytes:
-        return b"".join([self._release(i) for i in sorted(self._held)])
+        held = self._held
+        if len(held) == 1:  # one choice, the usual: no sort, no join
+            return self._chunk(held.popitem()[1])
+        return b"".join([self._release(i) for i in sorted(held)])
 
     def fail(self, exc: errors.GatewayError) -> bytes:
         """Seed 003's error semantics in chat form: what DJL's chat formatter writes for the

@@ -201,11 +201,11 @@ class StreamEncoder:
     def _delta(self, e: ev.TextDelta) -> bytes:
         out = self._release()
         ids, lps = e.token_ids, e.logprobs
-        if ids is not None and len(ids) == 1 and not self._st.top_n_tokens:  # one token: fast
+        if not self._st.top_n_tokens and (len(ids) == 1 if ids else not lps):  # one token
             lp = lps[0] if lps else None
             self._index += 1
             self._held = b'{"index":%d,"token":%s' % (self._index, orjson.dumps(
-                token(ids[0], e.text, lp, self._special)))
+                token(ids[0] if ids else UNKNOWN_ID, e.text, lp, self._special)))
             self._text.append(e.text)
             self._tokens += 1
             return out
