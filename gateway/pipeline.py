@@ -2,9 +2,9 @@
 
 The worker's status and first events are awaited before anything goes to the client, so an
 early failure still gets a real status and may be retried on another upstream (tenacity,
-bounded, jittered backoff, only `UpstreamUnavailable`). After that, events flow one batch per
-upstream read; a stream that ends without its terminal event raises, and closing the iterator
-(client gone) closes the upstream connection at once so the worker aborts.
+bounded, jittered backoff; which failures: `upstream.retriable`). After that, events flow one
+batch per upstream read; a stream that ends without its terminal event raises, and closing
+the iterator (client gone) closes the upstream connection at once so the worker aborts.
 
 Every attempt is accounted to its upstream (in flight while it runs; a worker failure counts
 toward ejection, a 4xx never does). A stream whose worker fails after the first byte is
@@ -35,16 +35,13 @@ class AttemptObserver(Protocol):
     def begin(self, url: str, ticket: int | None) -> dict[str, str]:
         """An attempt on `url` starts (`ticket`: its own, from balancer.Upstreams.begin);
         returns headers to send it (W3C trace context)."""
-        ...
 
     def end(self, ticket: int | None, error: BaseException | None) -> None:
         """The attempt of `ticket` failed; its successful end is the request's end."""
-        ...
 
     def failing_over(self) -> None:
         """The next attempt continues a stream cut after its first byte: a failover, which
         is counted as one, not as a retry."""
-        ...
 
 
 @dataclass(slots=True)
@@ -96,6 +93,10 @@ class Job:
     tries: int = 0  # attempts of this open(): the index into its order
     wait: float = 0.0  # a non-streaming worker request's deadline (gateway.whole)
 
+    def fresh(self, order: list[str]) -> bool:  # whether `_next` picks one not yet tried
+        usable, rest = self.route.upstreams.usable, order[self.tries:]
+        return any(map(usable, rest)) or (bool(rest) and not any(map(usable, order)))
+
 
 class Pipeline:
     def __init__(self, client: upstream.UpstreamClient, server: config.ServerConfig):
@@ -125,14 +126,14 @@ class Pipeline:
         job = Job(route, req, request_id, note, 0, wait)  # positional: no keywords' dict
         try:  # the first attempt costs no retry machinery
             return await self._attempt(job, order)
-        except errors.UpstreamUnavailable:
-            if not self.retries:
+        except (errors.UpstreamUnavailable, errors.UpstreamTimeout) as exc:
+            if not self.retries or not upstream.retriable(exc, job.fresh(order)):
                 raise
         await asyncio.sleep(random.uniform(0, 0.05))  # jitter before the first retry, too
         retrying = tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(self.retries),
             wait=tenacity.wait_random_exponential(multiplier=0.05, max=1.0),
-            retry=tenacity.retry_if_exception_type(errors.UpstreamUnavailable),
+            retry=tenacity.retry_if_exception(lambda e: upstream.retriable(e, job.fresh(order))),
             reraise=True,
         )
         async for attempt in retrying:
@@ -161,8 +162,7 @@ class Pipeline:
             elif isinstance(exc, errors.GatewayError):
                 # it answered (what the gateway refuses itself never gets here): a 4xx never
                 # counts toward ejection (SPEC.md), not even an overloaded worker's 429 that
-                # another worker is asked instead (as Envoy's consecutive_5xx, which any
-                # other answer resets)
+                # another worker is asked instead (as Envoy's consecutive_5xx, reset by any)
                 ups.succeeded(url, ticket)
             if isinstance(exc, errors.GatewayError):
                 note.errors.append(_failure(url, exc))

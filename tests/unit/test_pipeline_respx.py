@@ -308,14 +308,48 @@ async def test_a_silent_worker_ends_the_stream_with_an_idle_timeout_error() -> N
 
 
 @pytest.mark.anyio
-async def test_a_worker_silent_before_its_first_byte_is_a_504() -> None:
-    with respx.mock(assert_all_called=False) as r:
-        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
-            200, stream=Stalls([])))
+async def test_workers_silent_before_their_first_byte_are_a_504_each_asked_once() -> None:
+    """A worker silent past `first_byte` is not asked again (the retries left, two, would
+    have gone to UP1 again): the client waits one `first_byte` an upstream."""
+    with respx.mock(assert_all_called=True) as r:
+        silent = [r.post(f"{up}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=Stalls([]))) for up in (UP1, UP2)]
+        started = time.monotonic()
         resp = await call(r, {**CHAT, "stream": True},
                           make_config(timeouts={"first_byte": 0.3}))
     assert resp.status_code == 504
     assert resp.json()["error"]["code"] == "upstream_timeout"
+    assert [route.call_count for route in silent] == [1, 1]
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.anyio
+async def test_a_worker_silent_before_its_first_byte_is_passed_over_for_another() -> None:
+    """As nginx's default `proxy_next_upstream error timeout`: the stream comes from the
+    worker that answers, and the silent one's connection is closed."""
+    with respx.mock(assert_all_called=True) as r:
+        r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=Stalls([])))
+        ok = r.post(f"{UP2}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, content=SSE_OK, headers={"content-type": "text/event-stream"}))
+        resp = await call(r, {**CHAT, "stream": True},
+                          make_config(timeouts={"first_byte": 0.3}))
+    assert resp.status_code == 200
+    assert '"content":"Hello"' in resp.text and resp.text.endswith("data: [DONE]\n\n")
+    assert ok.call_count == 1
+
+
+@pytest.mark.anyio
+async def test_a_lone_worker_silent_before_its_first_byte_is_asked_once() -> None:
+    with respx.mock(assert_all_called=True) as r:
+        silent = r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
+            200, stream=Stalls([])))
+        cfg = make_config(timeouts={"first_byte": 0.3})
+        cfg = cfg.model_copy(update={"models": [
+            cfg.models[0].model_copy(update={"upstreams": [UP1]})]})
+        resp = await call(r, {**CHAT, "stream": True}, cfg)
+    assert resp.status_code == 504
+    assert silent.call_count == 1
 
 
 @pytest.mark.anyio
