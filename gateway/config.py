@@ -207,6 +207,12 @@ class WorkerConfig(_Frozen):
     # it loaded, and every restart began the load again. 30 minutes, as the manifests'
     # startup probes (deploy/k8s).
     startup_timeout: float = Field(1800, gt=0)
+    # Seconds a worker that was healthy stays out of rotation for failing its health probe
+    # before it is stopped (SIGTERM, then SIGKILL) and started again by `restart`: a worker
+    # whose process runs but no longer answers is otherwise never restarted (a pod's liveness
+    # probe would restart it). Minutes, so that a worker too busy to answer its probe in time,
+    # which takes no new requests while out of rotation, gets back first. 0: never.
+    unhealthy_timeout: float = Field(300, ge=0)
     restart: Literal["always", "on-failure", "never"] = "always"
 
     @field_validator("kind")

@@ -258,7 +258,7 @@ class ManagedWorker:
         if deadline is not None:
             self.healthy_since = time.monotonic()
         self._log.info("worker_healthy")
-        failures = 0
+        failures, out_since, limit = 0, 0.0, self.cfg.unhealthy_timeout
         while True:
             await asyncio.sleep(HEALTH_PERIOD_SECONDS)
             ok = await self._passes(health)
@@ -274,7 +274,21 @@ class ManagedWorker:
             elif failures == HEALTH_FAILURES and self.healthy.is_set():
                 self.route.upstreams.remove(self.url)
                 self.healthy.clear()
+                out_since = time.monotonic()
                 self._log.warning("worker_unhealthy", failures=failures)
+            elif (deadline is not None and limit and not self.healthy.is_set()
+                  and time.monotonic() - out_since >= limit):
+                await self._end_unhealthy(limit)  # its run ends: `restart` decides
+                return
+
+    async def _end_unhealthy(self, limit: float) -> None:
+        """A worker out of rotation for `limit` seconds, its process still running: SIGTERM
+        to its group, SIGKILL after LEFTOVER_GRACE_SECONDS (a hung engine may not heed the
+        first); its run then ends as a crash would."""
+        self._log.error("worker_unhealthy_too_long", unhealthy_timeout_s=limit)
+        await self._signal(signal.SIGTERM)
+        await asyncio.sleep(LEFTOVER_GRACE_SECONDS)
+        await self._signal(signal.SIGKILL)
 
     async def stop(self, grace: float) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds; the whole process group."""

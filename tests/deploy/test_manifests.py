@@ -284,8 +284,11 @@ def test_sidecar_liveness_lets_a_restarted_vllm_finish_loading(sidecar: list[Obj
     10 minutes (60 x 10 s) against a startup_timeout of 20: a reload past 10 minutes was
     killed by the kubelet midway and began again in a new container. Its window now
     outlasts startup_timeout, so the gateway's own restart (of a load stuck past it) comes
-    first."""
+    first; and also a worker that runs but fails its probe, restarted by the gateway after
+    `unhealthy_timeout` out of rotation (/health 503 from then on) and reloaded."""
     cfg = gateway_config(sidecar)
     live = container(one(sidecar, "Deployment", "gateway"))["livenessProbe"]
     window = live["periodSeconds"] * live["failureThreshold"]
     assert window > max(w.startup_timeout for w in cfg.workers)
+    assert all(w.unhealthy_timeout for w in cfg.workers)
+    assert window > max(w.unhealthy_timeout + w.startup_timeout for w in cfg.workers)

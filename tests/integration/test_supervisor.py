@@ -264,6 +264,62 @@ async def test_a_running_worker_failing_its_probes_leaves_rotation_and_comes_bac
 
 
 @pytest.mark.anyio
+async def test_a_worker_out_of_rotation_past_unhealthy_timeout_is_restarted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose process runs but whose probes keep failing (a hung engine) is out of
+    rotation at once, and past `unhealthy_timeout` stopped (SIGTERM, then SIGKILL: this one
+    ignores SIGTERM) and started again; back in rotation once its probe passes."""
+    monkeypatch.setattr(supervisor, "HEALTH_PERIOD_SECONDS", 0.05)
+    monkeypatch.setattr(supervisor, "LEFTOVER_GRACE_SECONDS", 0.3)
+    monkeypatch.setattr(supervisor, "RESTART_BASE_SECONDS", 0.05)
+    client = Probes(200)
+    hung = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    worker = scripted(monkeypatch, hung, client, unhealthy_timeout=0.5)
+    ups = worker.route.upstreams
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.ensure_future(worker.run())
+        try:
+            await _until(lambda: ups.all == [worker.url], 20)
+            first = worker.proc
+            assert first is not None
+            client.status = 503
+            await _until(lambda: ups.all == [], 5)
+            left = asyncio.get_running_loop().time()
+            await _until(lambda: worker.restarts == 1, 10)
+            assert asyncio.get_running_loop().time() - left >= 0.5 + 0.3
+            assert first.returncode == -signal.SIGKILL
+            client.status = 200
+            await _until(lambda: ups.all == [worker.url], 20)
+            assert worker.proc is not None and worker.proc.pid != first.pid
+        finally:
+            await worker.stop(grace=1.0)
+            await asyncio.wait_for(task, 5)
+    events = [e["event"] for e in logs]
+    assert events.count("worker_unhealthy_too_long") == 1
+    assert events.index("worker_unhealthy") < events.index("worker_unhealthy_too_long")
+
+
+@pytest.mark.anyio
+async def test_unhealthy_timeout_0_leaves_a_failing_worker_running(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervisor, "HEALTH_PERIOD_SECONDS", 0.05)
+    client = Probes(200)
+    worker = scripted(monkeypatch, "import time; time.sleep(60)", client, unhealthy_timeout=0)
+    ups = worker.route.upstreams
+    task = asyncio.ensure_future(worker.run())
+    try:
+        await _until(lambda: ups.all == [worker.url], 20)
+        client.status = 503
+        await _until(lambda: ups.all == [], 5)
+        await asyncio.sleep(1.0)
+        assert worker.proc is not None and worker.proc.returncode is None
+        assert worker.restarts == 0
+    finally:
+        await worker.stop(grace=1.0)
+        await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.anyio
 async def test_a_worker_whose_command_cannot_run_is_logged_and_tried_again_with_backoff(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A `vllm` worker on a host without vLLM: the gateway serves on and said nothing (the
