@@ -344,9 +344,9 @@ async def test_a_lone_worker_silent_before_its_first_byte_is_asked_once() -> Non
     with respx.mock(assert_all_called=True) as r:
         silent = r.post(f"{UP1}/v1/chat/completions").mock(return_value=httpx.Response(
             200, stream=Stalls([])))
-        cfg = make_config(timeouts={"first_byte": 0.3})
-        cfg = cfg.model_copy(update={"models": [
-            cfg.models[0].model_copy(update={"upstreams": [UP1]})]})
+        cfg = config.Config.model_validate({  # validated: model_copy would keep a list
+            "server": {"timeouts": {"first_byte": 0.3}}, "default_model": "demo",
+            "models": [{"name": "demo", "backend": "vllm", "upstreams": [UP1]}]})
         resp = await call(r, {**CHAT, "stream": True}, cfg)
     assert resp.status_code == 504
     assert silent.call_count == 1
