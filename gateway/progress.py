@@ -69,18 +69,18 @@ class Progress:
         self.cut = 0  # which of the continuations failed (`merged`)
 
     def track(self, batch: list[ev.Event]) -> bool:
-        """Note a batch on its way out (a few type checks per event: this runs per chunk)."""
+        """Note a batch on its way out (a few type checks per event: this runs per chunk;
+        `isinstance` narrows the event, so the compiled build reads its fields natively)."""
         try:
             for e in batch:
-                kind = type(e)
-                if kind is ev.TextDelta:
-                    c = e.choice  # type: ignore[union-attr]
-                    self.texts[c].append(e.text)  # type: ignore[union-attr]
-                    ids = e.token_ids  # type: ignore[union-attr]
+                if isinstance(e, ev.TextDelta):
+                    c = e.choice
+                    self.texts[c].append(e.text)
+                    ids = e.token_ids
                     self.tokens[c] += len(ids) if ids else 1
-                elif kind is ev.Finish:
-                    self.finished[e.choice] = True  # type: ignore[union-attr]
-                elif kind is ev.ReasoningDelta or kind is ev.ToolCallDelta:
+                elif isinstance(e, ev.Finish):
+                    self.finished[e.choice] = True
+                elif isinstance(e, ev.ReasoningDelta | ev.ToolCallDelta):
                     self.mixed = True
         except IndexError:  # a choice the request did not ask for
             self.mixed = True
