@@ -13,23 +13,14 @@ import asyncio
 import base64
 import ssl
 from collections import defaultdict
-from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 import httptools
 from mypy_extensions import mypyc_attr
 
 from adapters import base
-from gateway import upstream
+from gateway import pump, upstream
 from schemas import errors
-
-
-class Sink(Protocol):
-    """Takes a response body from the connection's callbacks (gateway.pump.Pump)."""
-
-    def data(self, data: bytes) -> None: ...
-    def end(self, error: str | None) -> None: ...
-
 
 HIGH_WATER = 1 << 16  # body bytes buffered before the socket is paused (aiohttp's 64 KiB)
 Origin = tuple[str, int, bool]  # host, port, tls
@@ -56,7 +47,9 @@ class Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[None] | None = None
         self.paused = False
         self.used = 0  # requests sent on this connection
-        self.sink: Sink | None = None  # gateway.pump: takes the body in data_received
+        # takes the body in data_received; the class itself, not a protocol: the compiled
+        # build calls its methods natively, once a chunk
+        self.sink: pump.Pump | None = None
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -229,7 +222,7 @@ class Http1Response:
             finally:
                 conn.waiter = None
 
-    def attach(self, sink: Sink) -> None:
+    def attach(self, sink: pump.Pump) -> None:
         """From now on the body goes to `sink` from the connection's callbacks (what came
         already goes at once); `read_chunk` is not used meanwhile."""
         conn = self._conn

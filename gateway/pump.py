@@ -19,16 +19,13 @@ from typing import Protocol
 
 from adapters import base
 from gateway import deadline, upstream
+from gateway.progress import Progress
 from schemas import errors
 from schemas import events as ev
 
 # The client's side: takes a batch without waiting; False once it cannot take more for now.
 Deliver = Callable[[list[ev.Event]], bool]
 Drain = Callable[[], Awaitable[None]]
-
-
-class Tracker(Protocol):
-    def track(self, batch: list[ev.Event]) -> bool: ...
 
 
 class Attachable(Protocol):
@@ -50,7 +47,7 @@ class Pump:
                  "resp", "seen")
 
     def __init__(self, resp: Attachable, decoder: base.StreamDecoder, deliver: Deliver,
-                 seen: Tracker | None, idle: float):
+                 seen: Progress | None, idle: float):
         self._loop = asyncio.get_running_loop()
         self.resp = resp
         self.decoder = decoder

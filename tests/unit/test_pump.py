@@ -10,6 +10,7 @@ import pytest
 
 from adapters.backends import vllm
 from gateway import deadline, pump
+from gateway.progress import Progress
 from schemas import canonical, errors
 from schemas import events as ev
 
@@ -161,19 +162,20 @@ async def test_a_silent_worker_times_out() -> None:
 
 
 @pytest.mark.anyio
-async def test_what_the_tracker_drops_is_not_delivered() -> None:
-    class DropAll:
-        def track(self, batch: list[ev.Event]) -> bool:
-            return False
-
+async def test_what_the_pump_delivers_is_tracked_for_a_failover() -> None:
+    """gateway.progress.Progress notes each batch on its way out (the text a continuation
+    would carry on), the end's too."""
     got: list[list[ev.Event]] = []
-    resp = FakeResponse([b"a\nEND\n"])
-    p = pump.Pump(resp, LineDecoder(), lambda b: got.append(b) or True, DropAll(), idle=5)
+    seen = Progress(1)
+    resp = FakeResponse([b"a\nb\n"])
+    p = pump.Pump(resp, LineDecoder(), lambda b: got.append(b) or True, seen, idle=5)
     task = asyncio.ensure_future(p.run(drained))
     await asyncio.sleep(0)
+    p.data(b"END\n")
     p.end(None)
     await asyncio.wait_for(task, 1)
-    assert got == []
+    assert texts(got) == [["a", "b"], ["Finish"]]
+    assert seen.texts == [["a", "b"]] and seen.tokens == [2] and seen.finished == [True]
 
 
 @pytest.mark.anyio
