@@ -93,9 +93,22 @@ class Job:
     tries: int = 0  # attempts of this open(): the index into its order
     wait: float = 0.0  # a non-streaming worker request's deadline (gateway.whole)
 
-    def fresh(self, order: list[str]) -> bool:  # whether `_next` picks one not yet tried
-        usable, rest = self.route.upstreams.usable, order[self.tries:]
-        return any(map(usable, rest)) or (bool(rest) and not any(map(usable, order)))
+    def pick(self, order: list[str]) -> int:
+        """The next attempt's index into `order`, past its end once it comes round: a retry
+        passes over those ejected or half-open since; none left, the turn's (panic)."""
+        i, n = self.tries, len(order)
+        if i:
+            usable = self.route.upstreams.usable
+            i = next((j for j in range(i, i + n) if usable(order[j % n])), i)
+        return i
+
+    def fresh(self, order: list[str]) -> bool:  # the next attempt's upstream is not yet tried
+        return self.pick(order) < len(order)
+
+    def next(self, order: list[str]) -> str:  # the next attempt's upstream, taken
+        i = self.pick(order)
+        self.tries = i + 1
+        return order[i % len(order)]
 
 
 class Pipeline:
@@ -144,11 +157,10 @@ class Pipeline:
     async def _attempt(self, job: Job, order: list[str]) -> Opened:
         """One attempt, on the next upstream in `order`, accounted to that upstream."""
         note, ups = job.note, job.route.upstreams
-        url = self._next(job, order)
-        # Built before the attempt begins: the gateway's own refusal (a chat the model's
-        # template cannot render) sends nothing, so it is no attempt and judges no upstream
-        # (taken for the worker's answer, it restored a half-open one untried and broke a
-        # dead one's run of failures).
+        url = job.next(order)
+        # Built before the attempt begins: the gateway's own refusal (a chat the template
+        # cannot render) is no attempt and judges no upstream (as the worker's answer, it
+        # restored a half-open one untried and broke a dead one's run of failures).
         ureq = self._request(job, url)
         note.attempts += 1
         note.upstream = upstream.shown(url)  # the log line's: no password
@@ -173,18 +185,6 @@ class Pipeline:
             ups.succeeded(url, ticket)  # counts toward ejection too)
         opened.url, opened.job, opened.ticket = url, job, ticket
         return opened
-
-    @staticmethod
-    def _next(job: Job, order: list[str]) -> str:
-        """The upstream of the next attempt: `order` in turn, but a retry passes over those
-        ejected (or half-open with their one trial out) since the order was made, by other
-        requests' failures meanwhile; where none is left, the turn's (panic, as `order`)."""
-        i, n = job.tries, len(order)
-        if i:
-            usable = job.route.upstreams.usable
-            i = next((j for j in range(i, i + n) if usable(order[j % n])), i)
-        job.tries = i + 1
-        return order[i % n]
 
     @staticmethod
     def _request(job: Job, url: str) -> base.UpstreamRequest:

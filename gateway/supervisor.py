@@ -282,13 +282,12 @@ class ManagedWorker:
                 return
 
     async def _end_unhealthy(self, limit: float) -> None:
-        """A worker out of rotation for `limit` seconds, its process still running: SIGTERM
-        to its group, SIGKILL after LEFTOVER_GRACE_SECONDS (a hung engine may not heed the
-        first); its run then ends as a crash would."""
+        """A worker out of rotation for `limit` seconds, its process still running: its group
+        ended as a crashed worker's leftovers are (a hung engine may not heed SIGTERM); its
+        run then ends as a crash would."""
         self._log.error("worker_unhealthy_too_long", unhealthy_timeout_s=limit)
-        await self._signal(signal.SIGTERM)
-        await asyncio.sleep(LEFTOVER_GRACE_SECONDS)
-        await self._signal(signal.SIGKILL)
+        if self.proc is not None:
+            await _end_group(self.proc, LEFTOVER_GRACE_SECONDS)
 
     async def stop(self, grace: float) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds; the whole process group."""

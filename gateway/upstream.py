@@ -241,10 +241,10 @@ def retriable(exc: BaseException, fresh: bool) -> bool:
     """Whether an attempt that failed before the first byte is asked again (gateway.pipeline):
     a worker that refused or could not be reached (`UpstreamUnavailable`), on the next
     upstream; a worker silent past its wait (`UpstreamTimeout`) only where the next attempt
-    goes to an upstream not yet tried (`fresh`), as nginx's default `proxy_next_upstream
-    error timeout` moves on. Its connection is closed, so that worker aborts the generation;
-    the same slow worker asked again would double the client's wait, and a client that
-    retries a 504 itself (elastic-transport) would multiply it."""
+    goes to an upstream not yet tried (`fresh`, from `Job.pick`), as nginx's default
+    `proxy_next_upstream error timeout` moves on. Its connection is closed, so that worker
+    aborts the generation; the same slow worker asked again would double the client's wait,
+    and a client that retries a 504 itself (elastic-transport) would multiply it."""
     if isinstance(exc, errors.UpstreamTimeout):
         return fresh
     return isinstance(exc, errors.UpstreamUnavailable)

@@ -86,12 +86,13 @@ class RollingStreamEncoder(_Framed):
         out = self._release() if self._held is not None else b""
         self._text.append(e.text)
         ids, lps = e.token_ids, e.logprobs
-        # one token (one id, or none and no log probs: the usual worker): `per_token`'s one
+        # one token: one id, or (the usual worker) no ids and no log probs
         if not self._st.top_n_tokens and (len(ids) == 1 if ids else not lps):
             self._tokens += 1
             lp = lps[0] if lps else None
+            text = lp.token if lp is not None and lp.token else e.text
             self._held = b'{"token": {"id": %d, "text": %b, %b%b}' % (
-                ids[0] if ids else render.UNKNOWN_ID, orjson.dumps(lp.token if lp is not None and lp.token else e.text),
+                ids[0] if ids else render.UNKNOWN_ID, orjson.dumps(text),
                 self._key, lmi_json.number(lp.logprob if lp is not None else None))
             return out
         toks = [(tid, lp.token if lp is not None and lp.token else text, lp)
