@@ -1,14 +1,19 @@
 """Wire framings shared by several protocols: SSE and JSON-lines writers, an incremental SSE reader.
 
-The readers look for a byte with `bytes.find`, not `in`: on CPython 3.11 `needle in data`
-first tries the needle as an integer (`_Py_bytes_contains` calls `PyNumber_AsSsize_t`), which
-formats and discards a TypeError for every bytes needle, about 1,800 instructions a test,
-twice per chunk of a stream (bench/RESULTS.md section 14).
+The per-read tests look for a byte by its value, `CR in data`: on CPython 3.11 `in` first
+tries its needle as an integer (`_Py_bytes_contains` calls `PyNumber_AsSsize_t`), so a bytes
+needle formats and discards a TypeError, about 1,800 instructions a test (bench/RESULTS.md
+section 14), and `bytes.find` parses its arguments as a tuple, about 1,000; an integer needle
+goes straight to the search.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 SSE_DONE = b"data: [DONE]\n\n"
+CR: Final = 13  # b"\r", as a needle for `in`
+LF: Final = 10  # b"\n"
 
 
 def sse(data: bytes) -> bytes:
@@ -49,15 +54,17 @@ class SseDecoder:
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
         if not self._buf and not self._data and not self._event and chunk[-2:] == b"\n\n" \
-                and chunk.find(b"\r") < 0:
-            if chunk[:6] == b"data: " and chunk.find(b"\n") == len(chunk) - 2:
-                return [(b"message", chunk[6:-2])]  # one event of one line: a token's read
+                and CR not in chunk:
+            if chunk[:6] == b"data: ":
+                data = chunk[6:-2]
+                if LF not in data:
+                    return [(b"message", data)]  # one event of one line: a token's read
             return self._whole_events(chunk)
         return self._general(chunk)
 
     def _general(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
         buf = self._buf + chunk if self._buf else chunk
-        if buf.find(b"\r") >= 0:
+        if CR in buf:
             self._cr = buf[-1:] == b"\r"
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
@@ -77,7 +84,7 @@ class SseDecoder:
         """Fast path: a read that ends on an event boundary, as workers write them."""
         out: list[tuple[bytes, bytes]] = []
         for block in chunk[:-2].split(b"\n\n"):
-            if block[:6] == b"data: " and block.find(b"\n") < 0:
+            if block[:6] == b"data: " and LF not in block:
                 out.append((b"message", block[6:]))
             else:
                 out.extend(self._general(block + b"\n\n"))
@@ -118,7 +125,7 @@ class LineDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         buf = self._buf + chunk if self._buf else chunk
-        if buf.find(b"\r") >= 0:
+        if CR in buf:
             # A CR at the end may be the first half of a CRLF: kept until the next read.
             buf = buf.replace(b"\r\n", b"\n")
             cut = len(buf) - 1 if buf[-1:] == b"\r" else len(buf)

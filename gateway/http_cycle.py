@@ -37,7 +37,8 @@ class Link(Protocol):
     @property
     def draining(self) -> bool: ...
 
-    def write(self, data: bytes) -> None: ...
+    def write(self, data: bytes) -> bool:
+        """Whether the client takes more now (False: `drain` first): `writable` after it."""
 
     async def drain(self) -> None: ...
 
@@ -242,9 +243,7 @@ class Cycle:
         """Body bytes, framed, written now (the head with the first); False when the client
         is not taking bytes as fast as they come (await `drain` before more)."""
         if self.relaying and more and body:
-            conn = self.conn
-            conn.write(b"%x\r\n%b\r\n" % (len(body), body))
-            return conn.writable
+            return self.conn.write(b"%x\r\n%b\r\n" % (len(body), body))
         if not self.started:
             raise RuntimeError("a response body before its start")
         if self.done:

@@ -324,9 +324,10 @@ class Connection(asyncio.Protocol):
     def idle(self) -> bool:
         return self.current is None
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> bool:
         if self.transport is not None and not self._closed:
             self.transport.write(data)
+        return self.writable
 
     def close(self) -> None:
         if self.transport is not None and not self._closed:
@@ -344,10 +345,9 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def _reject(self, status: int, text: str, reason: str = "") -> None:
-        """A request that cannot be parsed: nothing more is parsed; it is answered now when no
-        answer is under way, else once the requests before it are answered (RFC 9112 section
-        9.3.2), then the connection is closed. After a final request it is ignored (9.6).
-        Its one log line names the id it is answered with (SPEC.md)."""
+        """A request that cannot be parsed: nothing more is parsed; answered now when no answer
+        is under way, else after the requests before it (RFC 9112 9.3.2), then the connection
+        closes; ignored after a final request (9.6). Its log line names its answer's id."""
         if self._ended:
             return
         self._ended = True  # not paused: a client that goes away must still be seen

@@ -43,12 +43,13 @@ class Attachable(Protocol):
 class Pump:
     """Relays one worker answer, after its first batch, from the connection's callbacks."""
 
-    __slots__ = ("_dog", "_loop", "_wake", "decoder", "deliver", "full", "idle", "outcome",
-                 "resp", "seen")
+    __slots__ = ("_dog", "_loop", "_time", "_wake", "decoder", "deliver", "full", "idle",
+                 "outcome", "resp", "seen")
 
     def __init__(self, resp: Attachable, decoder: base.StreamDecoder, deliver: Deliver,
                  seen: Progress | None, idle: float):
         self._loop = asyncio.get_running_loop()
+        self._time = self._loop.time  # bound once: read every chunk
         self.resp = resp
         self.decoder = decoder
         self.deliver = deliver
@@ -88,7 +89,7 @@ class Pump:
     def data(self, data: bytes) -> None:
         if self.outcome is not None:
             return
-        self._dog.last = self._loop.time()
+        self._dog.last = self._time()
         try:
             decoder = self.decoder
             out = decoder.feed(data)

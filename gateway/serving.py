@@ -183,20 +183,33 @@ class ProtocolEndpoint:
         enc = t.encoder(meta)
         head = _start(200, enc.media_type, {"cache-control": "no-cache", **enc.headers}, x)
         await client.send(head)
-        ends: list[list[ev.Event]] = [[], []]  # the last two batches
+        reasons: list[str] = []  # each choice's finish, as it comes
         write: Callable[[bytes], bool] | None = getattr(client, "write_body", None)
         pending: list[bytes] = []  # ASGI: what the next send carries
         holds = getattr(enc, "holds_back", True)  # base.StreamEncoder.flush
+        encode = enc.encode  # bound once: a method lookup less an event
+
+        def note(e: ev.Event) -> None:
+            if isinstance(e, ev.Finish):
+                reasons.append(e.reason)
+            elif isinstance(e, ev.Usage):
+                x.usage = e
 
         def emit(batch: list[ev.Event]) -> bool:
-            # a paced stream's read is one event: no comprehension (a frame in 3.11) and join
-            out = enc.encode(batch[0]) if len(batch) == 1 else \
-                b"".join([enc.encode(e) for e in batch])
+            # Nothing of a batch is kept past it (its objects are cold by the next read of a
+            # paced stream); a text delta, nearly every event, needs no note.
+            if len(batch) == 1:  # a paced stream's read: no comprehension (a frame in 3.11)
+                e = batch[0]
+                out = encode(e)
+                if not isinstance(e, ev.TextDelta):
+                    note(e)
+            else:
+                out = b"".join([encode(e) for e in batch])
+                for e in batch:
+                    if not isinstance(e, ev.TextDelta):
+                        note(e)
             if holds:
                 out += enc.flush()
-            if isinstance(batch[-1], ev.Usage):
-                x.usage = batch[-1]
-            ends[0], ends[1] = ends[1], batch
             if not out:
                 return True
             if write is not None:
@@ -217,9 +230,7 @@ class ProtocolEndpoint:
         try:
             await self.services.pipeline.stream(opened, emit, drain)
             tail = enc.finish()
-            # Workers end a stream with its finish and usage: its last two reads, not each one.
-            x.finish_reasons = [e.reason for e in (*ends[0], *ends[1])
-                                if isinstance(e, ev.Finish)]
+            x.finish_reasons = reasons
         except (Exception, asyncio.CancelledError) as exc:  # in-band, never a quiet cut
             if isinstance(exc, asyncio.CancelledError):
                 if x.outcome == "client_closed":

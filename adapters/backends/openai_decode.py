@@ -193,8 +193,9 @@ class OpenAIDecoder(decoder.FramedDecoder):
         return []
 
     # Per chunk, a key of an object known to be a dict is read as `k in d and d[k]` rather
-    # than `d.get(k)`: the same value without a method call (issue 17). `c.get` comes first
-    # on a choice, which may be any JSON value: it fails on one that is not an object.
+    # than `d.get(k)`: the same value without a method call (issue 17). A choice, which may be
+    # any JSON value, is checked to be an object first: the compiled build then reads it
+    # natively, where `.get` on an untyped value is a generic method call.
 
     def on_event(self, obj: dict[str, Any], out: list[ev.Event]) -> None:
         if "error" in obj and obj["error"]:  # vLLM's in-band error (wire-formats.md 3.5),
@@ -204,6 +205,8 @@ class OpenAIDecoder(decoder.FramedDecoder):
             out.append(usage(u))
         ended = self._ended
         for c in (obj["choices"] if "choices" in obj else None) or ():
+            if not isinstance(c, dict):
+                raise TypeError(f"a choice is {type(c).__name__}, not an object")
             i = c.get("index", 0)
             if not isinstance(i, int):  # a choice's index, as the compiled encoders read it
                 raise TypeError(f"a choice's index is {type(i).__name__}, not an integer")
@@ -216,7 +219,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
 
     def _chat_choice(self, c: dict[str, Any], i: Any, delta: dict[str, Any] | None,
                      out: list[ev.Event]) -> None:
-        m = delta if delta is not None else c.get("message") or {}
+        m: dict[str, Any] = delta if delta is not None else c.get("message") or {}
         if extras := len(m) > 1 or "content" not in m:  # anything besides content here
             self._extras(m, i, out)
         ids = checked.integers(c["token_ids"], "token_ids") if "token_ids" in c else None

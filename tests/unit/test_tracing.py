@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -161,6 +162,42 @@ def test_a_stream_that_fails_after_its_first_byte_is_an_error_span() -> None:
     assert attrs["http.response.status_code"] == 200
     assert server.status.status_code == trace.StatusCode.ERROR and not server.status.description
     assert attrs["error.type"] == "UpstreamBroken"
+
+
+class Reads(httpx.AsyncByteStream):
+    """A worker body that comes in `parts`, one read each (one batch of events each)."""
+
+    def __init__(self, parts: list[bytes]):
+        self.parts = parts
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for p in self.parts:
+            yield p
+
+
+def chunk(choices: str, extra: str = "") -> bytes:
+    return (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+            b'"choices":[%s]%s}\n\n' % (choices.encode(), extra.encode()))
+
+
+def test_every_choice_finish_of_a_stream_is_in_its_span() -> None:
+    """gen_ai.response.finish_reasons: one per choice (gen-ai-spans.md), also for a choice
+    that finished many reads before the stream's end (the gateway's own reasons: `stop`
+    without a matched stop is `eos`)."""
+    parts = [chunk('{"index":0,"delta":{"content":"a"},"finish_reason":null},'
+                   '{"index":1,"delta":{"content":"b"},"finish_reason":null}'),
+             chunk('{"index":0,"delta":{},"finish_reason":"stop"}'),
+             chunk('{"index":1,"delta":{"content":"c"},"finish_reason":null}'),
+             chunk('{"index":1,"delta":{"content":"d"},"finish_reason":null}'),
+             chunk('{"index":1,"delta":{},"finish_reason":"length"}'),
+             chunk("", ',"usage":{"prompt_tokens":4,"total_tokens":7,"completion_tokens":3}'),
+             b"data: [DONE]\n\n"]
+    spans = spans_of({**CHAT, "stream": True, "n": 2}, httpx.Response(
+        200, stream=Reads(parts), headers={"content-type": "text/event-stream"}))
+    (server,) = [s for s in spans if s.kind == trace.SpanKind.SERVER]
+    attrs = dict(server.attributes or {})
+    assert attrs["gen_ai.response.finish_reasons"] == ("eos", "length")
+    assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (4, 3)
 
 
 def test_a_whole_answer_has_no_time_to_first_chunk() -> None:
