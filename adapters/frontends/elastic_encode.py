@@ -141,30 +141,28 @@ class ChatStreamEncoder:
         return self._chunk({"delta": {"content": "", "role": "assistant"}, "index": choice})
 
     def encode(self, e: ev.Event) -> bytes:
-        match e:
-            case ev.TextDelta():  # first: nearly every event is one
-                self._generated += len(e.token_ids) if e.token_ids is not None else 1
-                if type(e.choice) is not int:  # else one dumps of the text (`true` is no index 1)
-                    return self._delta(e.choice, {"content": e.text})
-                return self._role(e.choice) + b'%s{"delta":{"content":%s},"index":%d}%s%s' % (
-                    self._prefix, orjson.dumps(e.text), e.choice, self._tail, self._end)
-            case ev.Role():
-                return self._role(e.choice)
-            case ev.ReasoningDelta():
-                return self._delta(e.choice, {"reasoning": e.text})  # Delta.reasoning
-            case ev.ToolCallDelta():
-                return self._delta(e.choice,
-                                   {"tool_calls": [_call(e, self._meta.delta_call_id(e))]})
-            case ev.Finish():
-                return self._role(e.choice) + self._chunk(
-                    {"delta": {}, "finish_reason": FINISH[e.reason], "index": e.choice})
-            case ev.Usage():
-                self._usage = e
-                return b""
-            case ev.PromptInfo():
-                return b""
-            case _:
-                assert_never(e)
+        if isinstance(e, ev.TextDelta):  # first: nearly every event is one
+            self._generated += len(e.token_ids) if e.token_ids is not None else 1
+            if type(e.choice) is not int:  # else one dumps of the text (`true` is no index 1)
+                return self._delta(e.choice, {"content": e.text})
+            return self._role(e.choice) + b'%s{"delta":{"content":%s},"index":%d}%s%s' % (
+                self._prefix, orjson.dumps(e.text), e.choice, self._tail, self._end)
+        if isinstance(e, ev.Role):
+            return self._role(e.choice)
+        if isinstance(e, ev.ReasoningDelta):
+            return self._delta(e.choice, {"reasoning": e.text})  # Delta.reasoning
+        if isinstance(e, ev.ToolCallDelta):
+            return self._delta(e.choice,
+                               {"tool_calls": [_call(e, self._meta.delta_call_id(e))]})
+        if isinstance(e, ev.Finish):
+            return self._role(e.choice) + self._chunk(
+                {"delta": {}, "finish_reason": FINISH[e.reason], "index": e.choice})
+        if isinstance(e, ev.Usage):
+            self._usage = e
+            return b""
+        if isinstance(e, ev.PromptInfo):
+            return b""
+        assert_never(e)
 
     def flush(self) -> bytes:
         return b""  # nothing is held back
@@ -195,16 +193,14 @@ class CompletionStreamEncoder:
                         + b'{"completion":[{"delta":')
 
     def encode(self, e: ev.Event) -> bytes:
-        match e:
-            case ev.TextDelta():
-                if not e.text:  # OpenAiStreamingProcessor drops empty content
-                    return b""
-                return self._prefix + orjson.dumps(e.text) + b"}]}\n\n"
-            case (ev.Role() | ev.ReasoningDelta() | ev.ToolCallDelta() | ev.Finish() | ev.Usage()
-                  | ev.PromptInfo()):
+        if isinstance(e, ev.TextDelta):
+            if not e.text:  # OpenAiStreamingProcessor drops empty content
                 return b""
-            case _:
-                assert_never(e)
+            return self._prefix + orjson.dumps(e.text) + b"}]}\n\n"
+        if isinstance(e, ev.Role | ev.ReasoningDelta | ev.ToolCallDelta | ev.Finish | ev.Usage
+                      | ev.PromptInfo):
+            return b""
+        assert_never(e)
 
     def flush(self) -> bytes:
         return b""

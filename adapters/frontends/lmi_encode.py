@@ -62,16 +62,13 @@ class RollingStreamEncoder(_Framed):
         self._ended = False
 
     def encode(self, e: ev.Event) -> bytes:
-        match e:
-            case ev.TextDelta():
-                return self._delta(e) if e.choice == 0 and not self._ended else b""
-            case ev.Finish():
-                return self._end(e) if e.choice == 0 else b""
-            case ev.Role() | ev.ReasoningDelta() | ev.ToolCallDelta() | ev.Usage() | \
-                    ev.PromptInfo():
-                return b""
-            case _:
-                assert_never(e)
+        if isinstance(e, ev.TextDelta):
+            return self._delta(e) if e.choice == 0 and not self._ended else b""
+        if isinstance(e, ev.Finish):
+            return self._end(e) if e.choice == 0 else b""
+        if isinstance(e, ev.Role | ev.ReasoningDelta | ev.ToolCallDelta | ev.Usage | ev.PromptInfo):
+            return b""
+        assert_never(e)
 
     def _head(self, tid: int, text: str, lp: ev.TokenLogprob | None) -> bytes:
         return b'{"token": {"id": %d, "text": %s, %s%s}' % (
@@ -164,20 +161,17 @@ class DynamicStreamEncoder(_Framed):
         self._open = [True] * len(st.prompts)
 
     def encode(self, e: ev.Event) -> bytes:
-        match e:
-            case ev.TextDelta():
-                if e.text and e.choice < len(self._pending):
-                    self._pending[e.choice].append(e.text)
-                return self._due()
-            case ev.Finish():
-                if e.choice < len(self._open):
-                    self._open[e.choice] = False
-                return self._due()
-            case ev.Role() | ev.ReasoningDelta() | ev.ToolCallDelta() | ev.Usage() | \
-                    ev.PromptInfo():
-                return b""
-            case _:
-                assert_never(e)
+        if isinstance(e, ev.TextDelta):
+            if e.text and e.choice < len(self._pending):
+                self._pending[e.choice].append(e.text)
+            return self._due()
+        if isinstance(e, ev.Finish):
+            if e.choice < len(self._open):
+                self._open[e.choice] = False
+            return self._due()
+        if isinstance(e, ev.Role | ev.ReasoningDelta | ev.ToolCallDelta | ev.Usage | ev.PromptInfo):
+            return b""
+        assert_never(e)
 
     def _step(self) -> bytes:
         texts = [q.popleft() if q else "" for q in self._pending]
@@ -219,23 +213,21 @@ class ChatStreamEncoder(_Framed):
         self._meta = meta
 
     def encode(self, e: ev.Event) -> bytes:
-        match e:
-            case ev.TextDelta():
-                lp = None
-                if self._logprobs and e.logprobs is not None:
-                    lp = [{"content": [render.chat_logprob(t) for t in e.logprobs]}]
-                return self._delta(e.choice, {"content": e.text}, lp)
-            case ev.ReasoningDelta():
-                return self._delta(e.choice, {"reasoning_content": e.text}, None)
-            case ev.ToolCallDelta():
-                call = _tool_call(e, self._meta.delta_call_id(e))
-                return self._delta(e.choice, {"tool_calls": [call]}, None)
-            case ev.Finish():
-                return self._finish(e)
-            case ev.Role() | ev.Usage() | ev.PromptInfo():
-                return b""
-            case _:
-                assert_never(e)
+        if isinstance(e, ev.TextDelta):
+            lp = None
+            if self._logprobs and e.logprobs is not None:
+                lp = [{"content": [render.chat_logprob(t) for t in e.logprobs]}]
+            return self._delta(e.choice, {"content": e.text}, lp)
+        if isinstance(e, ev.ReasoningDelta):
+            return self._delta(e.choice, {"reasoning_content": e.text}, None)
+        if isinstance(e, ev.ToolCallDelta):
+            call = _tool_call(e, self._meta.delta_call_id(e))
+            return self._delta(e.choice, {"tool_calls": [call]}, None)
+        if isinstance(e, ev.Finish):
+            return self._finish(e)
+        if isinstance(e, ev.Role | ev.Usage | ev.PromptInfo):
+            return b""
+        assert_never(e)
 
     def _chunk(self, choice: dict[str, Any]) -> bytes:
         delta = choice["delta"]
@@ -331,21 +323,19 @@ class CompletionStreamEncoder:
         self._generated = 0
 
     def encode(self, e: ev.Event) -> bytes:
-        match e:
-            case ev.TextDelta():
-                return self._text(e)
-            case ev.Finish():
-                c = self._held.pop(e.choice, None) or self._choice(e.choice, "", None, None)
-                c["finish_reason"] = render.VLLM_FINISH[e.reason]
-                c["stop_reason"] = e.matched
-                return self._chunk(c)
-            case ev.Usage():
-                self._usage = e
-                return b""
-            case ev.Role() | ev.ReasoningDelta() | ev.ToolCallDelta() | ev.PromptInfo():
-                return b""
-            case _:
-                assert_never(e)
+        if isinstance(e, ev.TextDelta):
+            return self._text(e)
+        if isinstance(e, ev.Finish):
+            c = self._held.pop(e.choice, None) or self._choice(e.choice, "", None, None)
+            c["finish_reason"] = render.VLLM_FINISH[e.reason]
+            c["stop_reason"] = e.matched
+            return self._chunk(c)
+        if isinstance(e, ev.Usage):
+            self._usage = e
+            return b""
+        if isinstance(e, ev.Role | ev.ReasoningDelta | ev.ToolCallDelta | ev.PromptInfo):
+            return b""
+        assert_never(e)
 
     def _choice(self, i: int, text: str, lp: Any, ids: list[int] | None) -> dict[str, Any]:
         c: dict[str, Any] = {"index": i, "text": text, "logprobs": lp, "finish_reason": None,

@@ -245,19 +245,17 @@ class CompletionStreamEncoder(_Chunks):
         self._offsets: dict[int, int] = {}
 
     def encode(self, e: ev.Event) -> bytes:
-        match e:
-            case ev.TextDelta():
-                return self._text(e)
-            case ev.Finish():
-                return self._chunk({"index": e.choice, "text": "", "logprobs": None,
-                                    "finish_reason": FINISH[e.reason], "stop_reason": e.matched})
-            case ev.Usage():
-                self._usage = e
-                return b""
-            case ev.Role() | ev.ReasoningDelta() | ev.ToolCallDelta() | ev.PromptInfo():
-                return b""
-            case _:
-                assert_never(e)
+        if isinstance(e, ev.TextDelta):
+            return self._text(e)
+        if isinstance(e, ev.Finish):
+            return self._chunk({"index": e.choice, "text": "", "logprobs": None,
+                                "finish_reason": FINISH[e.reason], "stop_reason": e.matched})
+        if isinstance(e, ev.Usage):
+            self._usage = e
+            return b""
+        if isinstance(e, ev.Role | ev.ReasoningDelta | ev.ToolCallDelta | ev.PromptInfo):
+            return b""
+        assert_never(e)
 
     def _text(self, e: ev.TextDelta) -> bytes:
         self._generated += len(e.token_ids) if e.token_ids is not None else 1

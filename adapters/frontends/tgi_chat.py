@@ -290,41 +290,39 @@ class ChatStreamEncoder:
         return b"data: " + self._head + orjson.dumps(c) + b'],"usage":null}\n\n'
 
     def encode(self, e: ev.Event) -> bytes:
-        match e:
-            case ev.TextDelta():
-                self._generated += len(e.token_ids) if e.token_ids is not None else 1
-                out = self.flush()
-                self._held = (e.choice, e.text, _logprobs(e.logprobs) if self._logprobs else None)
-                return out
-            case ev.ReasoningDelta():
-                return self.flush() + self._chunk(e.choice,
-                                                  {**_text(""), "reasoning_content": e.text})
-            case ev.ToolCallDelta():
-                # DeltaToolCall (lib.rs): id and type on every fragment, name only on the first;
-                # where the worker gave no id, the first carries a made one (ResponseMeta).
-                call = {"index": e.index, "id": self._meta.delta_call_id(e) or "",
-                        "type": "function",
-                        "function": {"name": e.name, "arguments": e.arguments}}
-                return self.flush() + self._chunk(e.choice,
-                                                  {"role": "assistant", "tool_calls": [call]})
-            case ev.Finish():
-                # TGI's last token carries the finish reason, and a stop sequence's text: TGI
-                # keeps it (StopSequenceCriteria), the canonical text never has it.
-                stop = e.matched if e.reason == "stop_string" and isinstance(e.matched, str) \
-                    else ""
-                held = self._held
-                if held is not None and held[0] == e.choice:  # the last token's own chunk
-                    self._held = None
-                    return self._chunk(e.choice, _text(held[1] + stop), held[2],
-                                       FINISH[e.reason])
-                return self.flush() + self._chunk(e.choice, _text(stop), None, FINISH[e.reason])
-            case ev.Usage():
-                self._usage = e
-                return b""
-            case ev.Role() | ev.PromptInfo():
-                return b""  # no role-only chunk: every delta carries the role
-            case _:
-                assert_never(e)
+        if isinstance(e, ev.TextDelta):
+            self._generated += len(e.token_ids) if e.token_ids is not None else 1
+            out = self.flush()
+            self._held = (e.choice, e.text, _logprobs(e.logprobs) if self._logprobs else None)
+            return out
+        if isinstance(e, ev.ReasoningDelta):
+            return self.flush() + self._chunk(e.choice,
+                                              {**_text(""), "reasoning_content": e.text})
+        if isinstance(e, ev.ToolCallDelta):
+            # DeltaToolCall (lib.rs): id and type on every fragment, name only on the first;
+            # where the worker gave no id, the first carries a made one (ResponseMeta).
+            call = {"index": e.index, "id": self._meta.delta_call_id(e) or "",
+                    "type": "function",
+                    "function": {"name": e.name, "arguments": e.arguments}}
+            return self.flush() + self._chunk(e.choice,
+                                              {"role": "assistant", "tool_calls": [call]})
+        if isinstance(e, ev.Finish):
+            # TGI's last token carries the finish reason, and a stop sequence's text: TGI
+            # keeps it (StopSequenceCriteria), the canonical text never has it.
+            stop = e.matched if e.reason == "stop_string" and isinstance(e.matched, str) \
+                else ""
+            held = self._held
+            if held is not None and held[0] == e.choice:  # the last token's own chunk
+                self._held = None
+                return self._chunk(e.choice, _text(held[1] + stop), held[2],
+                                   FINISH[e.reason])
+            return self.flush() + self._chunk(e.choice, _text(stop), None, FINISH[e.reason])
+        if isinstance(e, ev.Usage):
+            self._usage = e
+            return b""
+        if isinstance(e, ev.Role | ev.PromptInfo):
+            return b""  # no role-only chunk: every delta carries the role
+        assert_never(e)
 
     def flush(self) -> bytes:
         """The held token's chunk, at the end of its batch."""

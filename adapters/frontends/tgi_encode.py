@@ -179,24 +179,22 @@ class StreamEncoder:
         self._ended = False
 
     def encode(self, e: ev.Event) -> bytes:
-        match e:
-            case ev.TextDelta():
-                return self._delta(e) if e.choice == 0 and not self._ended else b""
-            case ev.Finish():
-                if e.choice == 0:
-                    self._finish = e
-                return b""
-            case ev.Usage():
-                self._input_length = e.prompt_tokens
-                return self._end() if self._finish is not None else b""
-            case ev.PromptInfo():
-                if e.choice == 0 and e.token_ids is not None and not self._input_length:
-                    self._input_length = len(e.token_ids)
-                return b""
-            case ev.Role() | ev.ReasoningDelta() | ev.ToolCallDelta():
-                return b""
-            case _:
-                assert_never(e)
+        if isinstance(e, ev.TextDelta):
+            return self._delta(e) if e.choice == 0 and not self._ended else b""
+        if isinstance(e, ev.Finish):
+            if e.choice == 0:
+                self._finish = e
+            return b""
+        if isinstance(e, ev.Usage):
+            self._input_length = e.prompt_tokens
+            return self._end() if self._finish is not None else b""
+        if isinstance(e, ev.PromptInfo):
+            if e.choice == 0 and e.token_ids is not None and not self._input_length:
+                self._input_length = len(e.token_ids)
+            return b""
+        if isinstance(e, ev.Role | ev.ReasoningDelta | ev.ToolCallDelta):
+            return b""
+        assert_never(e)
 
     def _delta(self, e: ev.TextDelta) -> bytes:
         out = self._release()
