@@ -14,11 +14,10 @@ A request's extras are looked up in the same table; those a worker has no rule f
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
@@ -86,37 +85,37 @@ _SAMPLING_UNSET: dict[str, Any] = {"stop": [], "stop_token_ids": [], "n": 1,
                                    "max_tokens_fit": False, "keep_stop": False}
 
 
-_SAMPLING_NAMES = tuple(canonical.Sampling.__slots__)
-_SAMPLING_UNSETS = tuple(_SAMPLING_UNSET.get(name) for name in _SAMPLING_NAMES)
-_sampling_values = operator.attrgetter(*_SAMPLING_NAMES)
-_SAMPLING_INDEXES = range(len(_SAMPLING_NAMES))
-_REQUEST_NAMES = tuple(REQUEST_FIELDS)
-_REQUEST_UNSETS = tuple(REQUEST_FIELDS.values())
-_request_values = operator.attrgetter(*_REQUEST_NAMES)
-_REQUEST_INDEXES = range(len(_REQUEST_NAMES))
+_SAMPLING_NAMES: Final = tuple(canonical.Sampling.__slots__)
+_SAMPLING_UNSETS: Final = tuple(_SAMPLING_UNSET.get(name) for name in _SAMPLING_NAMES)
+_sampling_values: Final = operator.attrgetter(*_SAMPLING_NAMES)
+_REQUEST_NAMES: Final = tuple(REQUEST_FIELDS)
+_REQUEST_UNSETS: Final = tuple(REQUEST_FIELDS.values())
+_request_values: Final = operator.attrgetter(*_REQUEST_NAMES)
 
 
 def asked(req: canonical.InferenceRequest) -> list[tuple[str, Any, bool]]:
     """Every field the client set: sampling, then request options, then extras (the third
     item: an extra, which may be named like a canonical field)."""
-    # One attrgetter call per group, not a getattr per field; then, in C (`map`, `compress`),
-    # the fields that are not their unset value's very object (None, False, 0, 1: what an
-    # unset field holds), and only those compared in Python (a list unset is `[]`, another
-    # object): the same fields as comparing every one, without ~37 rich comparisons.
+    # One attrgetter call per group, not a getattr per field; then a field is compared only
+    # when it is not its unset value's very object (None, False, 0, 1: what an unset field
+    # holds; a list unset is `[]`, another object). The names and unset values are Final:
+    # C statics in the compiled build, whose loop reads them natively.
     out: list[tuple[str, Any, bool]] = []
-    values = _sampling_values(req.sampling)
-    for i in itertools.compress(_SAMPLING_INDEXES,
-                                map(operator.is_not, values, _SAMPLING_UNSETS)):
-        value = values[i]
-        if value is not None and value != _SAMPLING_UNSETS[i]:
-            out.append((_SAMPLING_NAMES[i], value, False))
-    values = _request_values(req)
-    for i in itertools.compress(_REQUEST_INDEXES, map(operator.is_not, values, _REQUEST_UNSETS)):
-        if values[i] != _REQUEST_UNSETS[i]:
-            out.append((_REQUEST_NAMES[i], values[i], False))
+    _set_fields(_sampling_values(req.sampling), _SAMPLING_NAMES, _SAMPLING_UNSETS, True, out)
+    _set_fields(_request_values(req), _REQUEST_NAMES, _REQUEST_UNSETS, False, out)
     for name, value in req.extra.items():
         out.append((name, value, True))
     return out
+
+
+def _set_fields(values: tuple[Any, ...], names: tuple[str, ...], unsets: tuple[Any, ...],
+                none_unset: bool, out: list[tuple[str, Any, bool]]) -> None:
+    """Each field not at its unset value (`none_unset`: None too, whatever that is)."""
+    for i in range(len(values)):
+        value = values[i]
+        unset = unsets[i]
+        if value is not unset and not (none_unset and value is None) and value != unset:
+            out.append((names[i], value, False))
 
 
 def refuse(name: str, why: str, worker: str) -> errors.Unsupported:
