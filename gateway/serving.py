@@ -196,18 +196,11 @@ class ProtocolEndpoint:
                 x.usage = e
 
         def emit(batch: list[ev.Event]) -> bool:
-            # Nothing of a batch is kept past it (its objects are cold by the next read of a
-            # paced stream); a text delta, nearly every event, needs no note.
-            if len(batch) == 1:  # a paced stream's read: no comprehension (a frame in 3.11)
-                e = batch[0]
-                out = encode(e)
-                if not isinstance(e, ev.TextDelta):
+            # a paced stream's read is one event: no comprehension (a frame in 3.11) and join
+            out = encode(batch[0]) if len(batch) == 1 else b"".join([encode(e) for e in batch])
+            for e in batch:  # nothing of a batch is kept past it (cold by a paced stream's
+                if not isinstance(e, ev.TextDelta):  # next read); a text delta needs no note
                     note(e)
-            else:
-                out = b"".join([encode(e) for e in batch])
-                for e in batch:
-                    if not isinstance(e, ev.TextDelta):
-                        note(e)
             if holds:
                 out += enc.flush()
             if not out:

@@ -48,11 +48,19 @@ def worker_ok(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, content=WHOLE_OK)
 
 
-class Broken(httpx.AsyncByteStream):
-    """A worker body that sends `parts` and then breaks off."""
+class Reads(httpx.AsyncByteStream):
+    """A worker body that comes in `parts`, one read each (one batch of events each)."""
 
     def __init__(self, parts: list[bytes]):
         self.parts = parts
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for p in self.parts:
+            yield p
+
+
+class Broken(Reads):
+    """A worker body that sends `parts` and then breaks off."""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for p in self.parts:

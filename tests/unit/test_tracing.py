@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -23,7 +22,7 @@ from gateway import app as gateway_app
 from gateway import config, tracing, upstream
 from tests.unit.test_failover_respx import REST, TWO_CHOICES_HEAD
 from tests.unit.test_metrics import STREAM_USAGE
-from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, WHOLE_OK, make_config
+from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, WHOLE_OK, Reads, make_config
 
 # The example of the W3C Trace Context recommendation, section 3.2.
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -162,17 +161,6 @@ def test_a_stream_that_fails_after_its_first_byte_is_an_error_span() -> None:
     assert attrs["http.response.status_code"] == 200
     assert server.status.status_code == trace.StatusCode.ERROR and not server.status.description
     assert attrs["error.type"] == "UpstreamBroken"
-
-
-class Reads(httpx.AsyncByteStream):
-    """A worker body that comes in `parts`, one read each (one batch of events each)."""
-
-    def __init__(self, parts: list[bytes]):
-        self.parts = parts
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for p in self.parts:
-            yield p
 
 
 def chunk(choices: str, extra: str = "") -> bytes:
