@@ -33,6 +33,13 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 
 
 OTHER = "_OTHER"
+# `gen_ai.response.finish_reasons` in the conventions' own words (gen-ai-output-messages.json,
+# `FinishReason`: stop, length, content_filter, tool_call, error): a dashboard reads one
+# vocabulary whichever worker answered. What the enum has no word for keeps the gateway's.
+OTEL_FINISH: dict[str, str] = {
+    "eos": "stop", "stop_string": "stop", "stop_token": "stop", "length": "length",
+    "tool_calls": "tool_call", "content_filter": "content_filter", "error": "error",
+}
 FAILED_OUTCOMES = frozenset(("error", "upstream_error", "bug", "shutdown"))
 
 
@@ -232,7 +239,8 @@ def response_attributes(x: Exchange, ended: float) -> dict[str, Any]:
     if x.response_id:
         out["gen_ai.response.id"] = x.response_id
     if x.finish_reasons:
-        out["gen_ai.response.finish_reasons"] = list(x.finish_reasons)
+        out["gen_ai.response.finish_reasons"] = [OTEL_FINISH.get(r, r)
+                                                 for r in x.finish_reasons]
     if x.usage is not None:
         out["gen_ai.usage.input_tokens"] = x.usage.prompt_tokens
         out["gen_ai.usage.output_tokens"] = x.usage.completion_tokens

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import typing
 from typing import Any
 
 import httpx
@@ -19,7 +20,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway import app as gateway_app
-from gateway import config, tracing, upstream
+from gateway import config, telemetry, tracing, upstream
+from schemas import events
 from tests.unit.test_failover_respx import REST, TWO_CHOICES_HEAD
 from tests.unit.test_metrics import STREAM_USAGE
 from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, WHOLE_OK, Reads, make_config
@@ -168,10 +170,25 @@ def chunk(choices: str, extra: str = "") -> bytes:
             b'"choices":[%s]%s}\n\n' % (choices.encode(), extra.encode()))
 
 
+def test_each_finish_reason_is_named_as_the_conventions_name_it() -> None:
+    """gen-ai-output-messages.json (open-telemetry/semantic-conventions, docs/gen-ai):
+    `FinishReason` is one of stop, length, content_filter, tool_call, error, or another
+    string. Every way the gateway's answers end maps into that enum, save an abort, which it
+    has no word for."""
+    enum = {"stop", "length", "content_filter", "tool_call", "error"}
+    ours = set(typing.get_args(events.FinishReason))
+    assert {r: telemetry.OTEL_FINISH[r] for r in ours - {"abort"}} == {
+        "eos": "stop", "stop_string": "stop", "stop_token": "stop", "length": "length",
+        "tool_calls": "tool_call", "content_filter": "content_filter", "error": "error"}
+    assert set(telemetry.OTEL_FINISH.values()) == enum
+    assert "abort" not in telemetry.OTEL_FINISH
+
+
 def test_every_choice_finish_of_a_stream_is_in_its_span() -> None:
     """gen_ai.response.finish_reasons: one per choice (gen-ai-spans.md), also for a choice
-    that finished many reads before the stream's end (the gateway's own reasons: `stop`
-    without a matched stop is `eos`)."""
+    that finished many reads before the stream's end, in the conventions' vocabulary
+    (gen-ai-output-messages.json's `FinishReason`: stop, length, content_filter, tool_call,
+    error), not the gateway's own (`eos`)."""
     parts = [chunk('{"index":0,"delta":{"content":"a"},"finish_reason":null},'
                    '{"index":1,"delta":{"content":"b"},"finish_reason":null}'),
              chunk('{"index":0,"delta":{},"finish_reason":"stop"}'),
@@ -184,7 +201,7 @@ def test_every_choice_finish_of_a_stream_is_in_its_span() -> None:
         200, stream=Reads(parts), headers={"content-type": "text/event-stream"}))
     (server,) = [s for s in spans if s.kind == trace.SpanKind.SERVER]
     attrs = dict(server.attributes or {})
-    assert attrs["gen_ai.response.finish_reasons"] == ("eos", "length")
+    assert attrs["gen_ai.response.finish_reasons"] == ("stop", "length")
     assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (4, 3)
 
 
