@@ -136,7 +136,7 @@ class IdleWatchdog:
         self._loop = loop
         self._idle = idle
         self.on_idle = on_idle
-        self.task = asyncio.current_task()
+        self.task = asyncio.current_task(loop)  # given the loop: no getpid() on 3.11
         self.last = loop.time()
         self.waiting = False
         self.fired = False

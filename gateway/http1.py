@@ -35,7 +35,9 @@ class Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.status = 0
-        self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # held: on Python 3.11 each asyncio.get_running_loop() is a getpid() system call
+        self.loop = asyncio.get_running_loop()
+        self.head: asyncio.Future[None] = self.loop.create_future()
         self.chunks: list[bytes] = []
         self.buffered = 0
         self.complete = False
@@ -184,7 +186,7 @@ class Connection(asyncio.Protocol):
     def prepare(self) -> None:
         """Ready for the next request on this connection."""
         self.status = self.buffered = 0
-        self.head = asyncio.get_running_loop().create_future()
+        self.head = self.loop.create_future()
         self.chunks.clear()
         self.complete = self.keep_alive = self.framed = self.interim = False
         self.retry_after = None
@@ -216,7 +218,7 @@ class Http1Response:
                 return b""
             if conn.error is not None:
                 raise errors.UpstreamBroken(upstream.BROKE_OFF, detail=conn.error)
-            conn.waiter = asyncio.get_running_loop().create_future()
+            conn.waiter = conn.loop.create_future()
             try:
                 await conn.waiter
             finally:
