@@ -40,9 +40,7 @@ from mypy_extensions import mypyc_attr
 from gateway import affinity, board, config
 
 Policy = Literal["least_request", "round_robin", "prefix"]
-# least_request ranks the upstreams after its first choice by an insertion sort up to this
-# many (no call per upstream), by `sorted` above it (n log n)
-SORT_ABOVE: Final = 16
+SORT_ABOVE: Final = 16  # least_request's rest by `sorted` above this many, else natively
 
 
 def dns_name(url: str) -> str | None:
@@ -307,10 +305,7 @@ class Upstreams:
                 while at and loads[rest[at - 1]] > load:
                     at -= 1
                 rest.insert(at, k)
-        out = [urls[first]]
-        for k in rest:
-            out.append(urls[k])
-        return out
+        return [urls[first], *[urls[k] for k in rest]]
 
     # Request accounting: begin/end bracket an attempt; succeeded/failed judge the worker.
     # `ticket` is what begin() returned; None (tools, tests): the trial if one is out, else an
