@@ -292,19 +292,16 @@ class Upstreams:
             h = health[u]
             loads.append(h.in_flight + h.queued)
         first = i if loads[i] <= loads[j] else j
+        rest = [k for k in range(n) if k != first]  # lightest first, ties in their order
         if n > SORT_ABOVE:
-            return [urls[first], *sorted((u for k, u in enumerate(urls) if k != first),
-                                         key=self._load)]
-        # the rest lightest first, ties in their order: an insertion sort, native compiled,
-        # where `sorted` would call back into a key function per upstream
-        rest: list[int] = []
-        for k in range(n):
-            if k != first:
-                load = loads[k]
-                at = len(rest)
-                while at and loads[rest[at - 1]] > load:
+            rest.sort(key=loads.__getitem__)
+        else:  # an insertion sort, native compiled: no key function called per upstream
+            for at in range(1, len(rest)):
+                k = rest[at]
+                while at and loads[rest[at - 1]] > loads[k]:
+                    rest[at] = rest[at - 1]
                     at -= 1
-                rest.insert(at, k)
+                rest[at] = k
         return [urls[first], *[urls[k] for k in rest]]
 
     # Request accounting: begin/end bracket an attempt; succeeded/failed judge the worker.

@@ -71,3 +71,20 @@ def test_after_the_first_choice_the_rest_go_lightest_first(
     assert sorted(order) == sorted(urls)
     assert order[1:] == sorted(order[1:], key=lambda u: (load[u], urls.index(u)))
     assert sum(load[u] < load[order[0]] for u in urls) <= len(urls) - 2  # never the heaviest of all
+
+
+@pytest.mark.parametrize("n", [balancer.SORT_ABOVE, balancer.SORT_ABOVE + 1, 40])
+def test_many_upstreams_are_ranked_alike(n: int) -> None:
+    """Above `SORT_ABOVE` the rest are ranked by `sorted`, below by the insertion sort: the
+    same order either way (by load, ties in configured order)."""
+    rng = random.Random(n)
+    urls = [f"http://10.0.0.{i}:8000" for i in range(n)]
+    ups = balancer.Upstreams(tuple(urls), "least_request")
+    load = {}
+    for u in urls:
+        ups.health[u].in_flight = rng.randrange(4)
+        load[u] = ups.health[u].in_flight
+    for _ in range(50):
+        order = ups.order()
+        assert sorted(order) == sorted(urls)
+        assert order[1:] == sorted(order[1:], key=lambda u: (load[u], urls.index(u)))
