@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from gateway import app as gateway_app
-from gateway import config, http1, observability, upstream
+from gateway import config, http1, observability, upstream, upstream_clients
 
 
 def http1_factory(cfg: config.Config) -> upstream.UpstreamClient:
@@ -24,7 +24,7 @@ def http1_factory(cfg: config.Config) -> upstream.UpstreamClient:
 
 
 def aiohttp_factory(cfg: config.Config) -> upstream.UpstreamClient:
-    return upstream.AiohttpClient(cfg.server.timeouts.connect)
+    return upstream_clients.AiohttpClient(cfg.server.timeouts.connect)
 
 
 def httpx_factory(cfg: config.Config) -> upstream.UpstreamClient:
@@ -32,7 +32,7 @@ def httpx_factory(cfg: config.Config) -> upstream.UpstreamClient:
     that the comparison is of the clients, not of httpx's default 100/20 connection caps."""
     import httpx
 
-    return upstream.HttpxClient(httpx.AsyncClient(
+    return upstream_clients.HttpxClient(httpx.AsyncClient(
         timeout=httpx.Timeout(None, connect=cfg.server.timeouts.connect),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
     ))

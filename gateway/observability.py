@@ -7,14 +7,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import select
-import signal
 import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 import structlog
-import uvicorn
 
 if TYPE_CHECKING:
     from gateway.exchange import Exchange
@@ -184,14 +182,3 @@ def _ms(seconds: float) -> float:
 
 def log_bug(request_id: str, exc: BaseException) -> None:
     _log.error("bug", request_id=request_id, exc_info=exc)
-
-
-class Server(uvicorn.Server):
-    """uvicorn's server, logging `drain` when a signal ends serving (in-flight streams then
-    get `timeout_graceful_shutdown`, before the lifespan's shutdown logs `stop`)."""
-
-    def handle_exit(self, sig: int, frame: Any) -> None:
-        if not self.should_exit:
-            _log.info("drain", signal=signal.Signals(sig).name,
-                      drain_seconds=self.config.timeout_graceful_shutdown)
-        super().handle_exit(sig, frame)

@@ -121,7 +121,18 @@ def uvicorn_server(app: Any, cfg: config.ServerConfig, log_level: str = "warning
     (log_config=None), and no X-Forwarded-* rewriting of the client address."""
     import uvicorn
 
-    return observability.Server(uvicorn.Config(
+    class Server(uvicorn.Server):
+        """Logs `drain` when a signal ends serving (in-flight streams then get
+        `timeout_graceful_shutdown`, before the lifespan's shutdown logs `stop`)."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if not self.should_exit:
+                observability.logger().info(
+                    "drain", signal=signal.Signals(sig).name,
+                    drain_seconds=self.config.timeout_graceful_shutdown)
+            super().handle_exit(sig, frame)
+
+    return Server(uvicorn.Config(
         app, host=cfg.host, port=cfg.port, loop="uvloop", http="httptools", lifespan="on",
         log_level=log_level, log_config=None, access_log=False, backlog=BACKLOG,
         proxy_headers=False, timeout_graceful_shutdown=round(cfg.drain_seconds)))

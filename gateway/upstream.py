@@ -1,23 +1,20 @@
-"""The interface of the pooled HTTP client that talks to workers, and two implementations.
+"""The interface of the pooled HTTP client that talks to workers, and what every client
+shares: the words of its failures, a worker's refusal with its Retry-After, what is retried.
 
-Production uses `gateway.http1` (asyncio Protocols + httptools), which the benchmark in bench/
-measured against these (see README, Performance): `AiohttpClient` (one session, unlimited
-connector) stays selectable there; `HttpxClient` serves respx-mocked tests.
-Foreign exceptions are translated once, here: before the status line they are
+Production uses `gateway.http1` (asyncio Protocols + httptools); aiohttp's and httpx's clients
+behind the same interface (`gateway.upstream_clients`: the benchmark's comparison and the
+respx-mocked tests) are not imported by the gateway itself: aiohttp alone, with the TLS
+contexts it builds on import, was a sixth of a serving process's start (bench/RESULTS.md §28).
+A client translates its transport's exceptions once: before the status line they are
 `UpstreamUnavailable` (retryable), after it `UpstreamBroken`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import re
-from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
 from urllib.parse import urlsplit
-
-import aiohttp
-import httpx
 
 from adapters import base
 from schemas import errors
@@ -74,9 +71,11 @@ async def probe(client: UpstreamClient, url: str, timeout: float) -> int:
     return (await client.check(url, timeout))[0]
 
 
-def failure(exc: BaseException, timeout: float) -> str:
-    """A probe's failure in words: the exception's type and text, or the time it waited."""
-    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+def failure(exc: BaseException, timeout: float,
+            timeouts: tuple[type[BaseException], ...] = (TimeoutError,)) -> str:
+    """A probe's failure in words: the exception's type and text, or the time it waited
+    (`timeouts`: the client's own exceptions for that, besides asyncio's)."""
+    if isinstance(exc, timeouts):
         return f"no answer within {timeout:g}s"
     return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
@@ -84,134 +83,6 @@ def failure(exc: BaseException, timeout: float) -> str:
 UNREACHABLE = "the model's workers could not be reached"
 BROKE_OFF = "the worker's answer broke off"
 BAD_URL = "the model's upstream URL is not valid"
-# A URL no client can send to: retrying it elsewhere or later cannot help (issue 12).
-_PERMANENT = (aiohttp.InvalidURL, httpx.InvalidURL, httpx.UnsupportedProtocol)
-
-
-@contextlib.contextmanager
-def map_errors(before_status: bool) -> Iterator[None]:
-    """Transport failures to the gateway's tree; the phase decides whether a retry may help."""
-    try:
-        yield
-    except _PERMANENT as exc:  # not UpstreamUnavailable: one attempt, a clear error
-        raise errors.UpstreamError(BAD_URL, detail=f"{type(exc).__name__}: {exc}") from exc
-    except (aiohttp.ClientError, httpx.TransportError, OSError) as exc:
-        # The client reads a stable message; the class and text (which name the worker's
-        # address) go to the request's log line only.
-        what = f"{type(exc).__name__}: {exc}".rstrip(": ")
-        if before_status:
-            raise errors.UpstreamUnavailable(UNREACHABLE, detail=what) from exc
-        raise errors.UpstreamBroken(BROKE_OFF, detail=what) from exc
-
-
-class AiohttpResponse:
-    __slots__ = ("_resp", "retry_after", "status")
-
-    def __init__(self, resp: aiohttp.ClientResponse):
-        self._resp = resp
-        self.status = resp.status
-        self.retry_after = resp.headers.get("retry-after")
-
-    async def read_chunk(self) -> bytes:
-        try:  # a plain try, not map_errors: this runs once per chunk
-            return await self._resp.content.readany()
-        except (aiohttp.ClientError, OSError) as exc:
-            with map_errors(before_status=False):
-                raise exc from None
-        raise AssertionError("unreachable")
-
-    async def read(self) -> bytes:
-        with map_errors(before_status=False):
-            return await self._resp.read()
-
-    async def aclose(self) -> None:
-        if self._resp.content.at_eof():
-            self._resp.release()
-        else:
-            self._resp.close()
-
-
-class AiohttpClient:
-    """One aiohttp session for every worker; created inside the running loop."""
-
-    def __init__(self, connect_timeout: float):
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=10),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent",),
-        )
-
-    async def send(self, req: base.UpstreamRequest) -> UpstreamResponse:
-        with map_errors(before_status=True):
-            resp = await self._session.request(
-                req.method, req.url, data=req.body, headers=req.headers)
-        return AiohttpResponse(resp)
-
-    async def check(self, url: str, timeout: float,
-                    host: str | None = None) -> tuple[int, str]:
-        try:
-            async with self._session.get(
-                    url, timeout=aiohttp.ClientTimeout(total=timeout),
-                    headers={"host": host} if host else None) as resp:
-                return resp.status, ""
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            return 0, failure(exc, timeout)
-
-    async def aclose(self) -> None:
-        await self._session.close()
-
-
-class HttpxResponse:
-    __slots__ = ("_chunks", "_resp", "retry_after", "status")
-
-    def __init__(self, resp: httpx.Response):
-        self._resp = resp
-        self.status = resp.status_code
-        self.retry_after = resp.headers.get("retry-after")
-        self._chunks: AsyncIterator[bytes] | None = None
-
-    async def read_chunk(self) -> bytes:
-        if self._chunks is None:
-            self._chunks = aiter(self._resp.aiter_bytes())
-        with map_errors(before_status=False):
-            async for data in self._chunks:
-                if data:
-                    return data
-        return b""
-
-    async def read(self) -> bytes:
-        with map_errors(before_status=False):
-            return await self._resp.aread()
-
-    async def aclose(self) -> None:
-        await self._resp.aclose()
-
-
-class HttpxClient:
-    """The same interface over an httpx.AsyncClient (respx-mocked in tests)."""
-
-    def __init__(self, client: httpx.AsyncClient):
-        self._client = client
-
-    async def send(self, req: base.UpstreamRequest) -> UpstreamResponse:
-        with map_errors(before_status=True):
-            request = self._client.build_request(
-                req.method, req.url, content=req.body, headers=req.headers)
-            resp = await self._client.send(request, stream=True)
-        return HttpxResponse(resp)
-
-    async def check(self, url: str, timeout: float,
-                    host: str | None = None) -> tuple[int, str]:
-        try:
-            return (await self._client.get(url, timeout=timeout,
-                                           headers={"host": host} if host else None)
-                    ).status_code, ""
-        except (httpx.HTTPError, OSError) as exc:
-            return 0, failure(exc, timeout)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
 
 # RFC 9110 section 10.2.3: delta-seconds, or an HTTP date (IMF-fixdate, as servers write it)

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import upstream
+from gateway import upstream_clients
 
 PATTERNS = {
     "loopback address": re.compile(rb"127\.0\.0\.1|localhost:|\[::1\]"),
@@ -78,16 +78,16 @@ def worker_side() -> Iterator[None]:
 
 def install(monkeypatch: pytest.MonkeyPatch) -> Collector:
     """Check every httpx body as it is read to its end (httpx reads a whole answer through
-    `aiter_bytes` / `iter_bytes` too), except what upstream.HttpxClient reads from workers."""
+    `aiter_bytes` / `iter_bytes` too), except what upstream_clients.HttpxClient reads from workers."""
     seen = Collector()
     aiter_bytes, iter_bytes = httpx.Response.aiter_bytes, httpx.Response.iter_bytes
-    upstream_init, upstream_send = upstream.HttpxResponse.__init__, upstream.HttpxClient.send
+    upstream_init, upstream_send = upstream_clients.HttpxResponse.__init__, upstream_clients.HttpxClient.send
 
-    def mark_upstream(self: upstream.HttpxResponse, resp: httpx.Response) -> None:
+    def mark_upstream(self: upstream_clients.HttpxResponse, resp: httpx.Response) -> None:
         resp.extensions["gateway_upstream"] = True
         upstream_init(self, resp)
 
-    async def send_upstream(self: upstream.HttpxClient, req: Any) -> Any:
+    async def send_upstream(self: upstream_clients.HttpxClient, req: Any) -> Any:
         token = _UPSTREAM_IO.set(True)
         try:
             return await upstream_send(self, req)
@@ -113,8 +113,8 @@ def install(monkeypatch: pytest.MonkeyPatch) -> Collector:
             yield part
         answered(self, parts)
 
-    monkeypatch.setattr(upstream.HttpxResponse, "__init__", mark_upstream)
-    monkeypatch.setattr(upstream.HttpxClient, "send", send_upstream)
+    monkeypatch.setattr(upstream_clients.HttpxResponse, "__init__", mark_upstream)
+    monkeypatch.setattr(upstream_clients.HttpxClient, "send", send_upstream)
     monkeypatch.setattr(httpx.Response, "aiter_bytes", aiter_checked)
     monkeypatch.setattr(httpx.Response, "iter_bytes", iter_checked)
     return seen

@@ -16,7 +16,7 @@ import httpx
 from starlette.types import ASGIApp
 
 from gateway import app as gateway_app
-from gateway import config, upstream
+from gateway import config, upstream, upstream_clients
 
 
 class Hosts(httpx.AsyncBaseTransport):
@@ -37,7 +37,7 @@ async def serve(cfg: config.Config, fakes: Mapping[str, ASGIApp] | None = None
         app = gateway_app.build_app(cfg)
     else:
         def factory(_: config.Config) -> upstream.UpstreamClient:
-            return upstream.HttpxClient(httpx.AsyncClient(transport=Hosts(fakes)))
+            return upstream_clients.HttpxClient(httpx.AsyncClient(transport=Hosts(fakes)))
         app = gateway_app.build_app(cfg, factory)
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),

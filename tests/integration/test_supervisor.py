@@ -13,7 +13,7 @@ import time
 import pytest
 import structlog
 
-from gateway import config, routing, supervisor, upstream
+from gateway import config, routing, supervisor, upstream_clients
 from tests.integration import procs
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,7 @@ def test_real_command_lines_from_a_config() -> None:
          {"kind": "trtllm", "model": "llama", "port": 8002, "args": ["--backend", "pytorch"]},
          {"kind": "simulator", "model": "llama", "port": 8003, "args": ["--tokens", "4"]}],
         [{"name": "llama", "upstream_model": "meta-llama/Llama-3.1-8B-Instruct"}])
-    sup = supervisor.Supervisor(cfg, router, upstream.HttpxClient.__new__(upstream.HttpxClient))
+    sup = supervisor.Supervisor(cfg, router, upstream_clients.HttpxClient.__new__(upstream_clients.HttpxClient))
     vllm, trt, sim = sup.workers
     assert vllm.command() == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--host",
                               "127.0.0.1", "--port", "8001", "--tensor-parallel-size", "2"]
@@ -62,7 +62,7 @@ async def test_health_gating_crash_restart_and_clean_shutdown(monkeypatch: pytes
                                                               ) -> None:
     monkeypatch.setattr(supervisor, "RESTART_BASE_SECONDS", 0.2)
     cfg, router = make([{"kind": "simulator", "model": "demo", "args": ["--ttft-ms", "0"]}])
-    client = upstream.AiohttpClient(2.0)
+    client = upstream_clients.AiohttpClient(2.0)
     sup = supervisor.Supervisor(cfg, router, client)
     worker = sup.workers[0]
     ups = router.routes["demo"].upstreams
@@ -94,7 +94,7 @@ async def test_health_gating_crash_restart_and_clean_shutdown(monkeypatch: pytes
 async def test_worker_output_goes_to_the_log_and_never_policy_stops() -> None:
     cfg, router = make([{"kind": "simulator", "model": "demo", "restart": "never",
                          "args": ["--no-such-flag"]}])
-    client = upstream.AiohttpClient(2.0)
+    client = upstream_clients.AiohttpClient(2.0)
     sup = supervisor.Supervisor(cfg, router, client)
     with structlog.testing.capture_logs() as logs:
         try:

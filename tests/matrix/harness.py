@@ -12,7 +12,7 @@ import httpx
 import orjson
 
 from gateway import app as gateway_app
-from gateway import config, upstream
+from gateway import config, upstream, upstream_clients
 from simulator import server, settings
 from tests.fakes import tgi_fake, triton_fake, trtllm_fake
 
@@ -72,7 +72,7 @@ async def post(kind: str, sim_url: str, path: str, body: dict[str, Any],
     fakes = Fakes()
 
     def factory(_: config.Config) -> upstream.UpstreamClient:
-        return upstream.HttpxClient(httpx.AsyncClient(transport=fakes, timeout=20))
+        return upstream_clients.HttpxClient(httpx.AsyncClient(transport=fakes, timeout=20))
 
     app = gateway_app.build_app(make_config(kind, sim_url, extra), factory)
     async with app.router.lifespan_context(app):

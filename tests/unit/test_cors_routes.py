@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from gateway import app as gateway_app
-from gateway import config, http_server, listener, serving, upstream
+from gateway import config, http_server, listener, serving, upstream, upstream_clients
 from tests.matrix import harness
 
 pytestmark = pytest.mark.anyio
@@ -45,7 +45,7 @@ async def gateway(path: str, cfg: config.Config
     workers = harness.Fakes()
 
     def factory(_: Any) -> upstream.UpstreamClient:
-        return upstream.HttpxClient(httpx.AsyncClient(transport=workers, timeout=20))
+        return upstream_clients.HttpxClient(httpx.AsyncClient(transport=workers, timeout=20))
 
     app = gateway_app.build_app(cfg, factory)
     services: serving.Services = app.state.services

@@ -36,7 +36,7 @@ import orjson
 import pytest
 
 from gateway import app as gateway_app
-from gateway import upstream
+from gateway import upstream, upstream_clients
 from tests.matrix import harness
 
 KINDS = ("vllm", "trtllm", "triton", "tgi")
@@ -84,7 +84,7 @@ async def gateway(kind: str) -> AsyncIterator[Gateway]:
     workers = Capture()
 
     def factory(_: Any) -> upstream.UpstreamClient:
-        return upstream.HttpxClient(httpx.AsyncClient(transport=workers, timeout=20))
+        return upstream_clients.HttpxClient(httpx.AsyncClient(transport=workers, timeout=20))
 
     app = gateway_app.build_app(harness.make_config(kind, ""), factory)
     async with app.router.lifespan_context(app):

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters import base, registry
-from gateway import config
+from gateway import config, upstream_clients
 from schemas import canonical
 from tests.unit import test_pipeline_respx as harness
 
@@ -135,7 +135,7 @@ async def test_streams_breaking_after_the_first_byte_count_toward_ejection() -> 
         from gateway import upstream
 
         def factory(_: object) -> upstream.UpstreamClient:
-            return upstream.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
+            return upstream_clients.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
                 r.async_handler)))
 
         app = gateway_app.build_app(cfg, factory)

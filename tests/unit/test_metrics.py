@@ -20,7 +20,7 @@ from prometheus_client import parser
 from structlog.testing import capture_logs
 
 from gateway import app as gateway_app
-from gateway import config, metrics, upstream
+from gateway import config, metrics, upstream, upstream_clients
 from tests.unit import test_pipeline_respx as harness
 from tests.unit.test_failover_respx import REST, TWO_CHOICES_HEAD
 from tests.unit.test_pipeline_respx import CHAT, UP1, UP2, make_config
@@ -54,7 +54,7 @@ class Scraper:
 
     def __init__(self, router: respx.MockRouter, cfg: config.Config | None = None):
         def factory(_: config.Config) -> upstream.UpstreamClient:
-            return upstream.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
+            return upstream_clients.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
                 router.async_handler)))
 
         self.app = gateway_app.build_app(cfg or make_config(), factory)

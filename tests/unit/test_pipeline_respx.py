@@ -14,7 +14,7 @@ import pytest
 import respx
 
 from gateway import app as gateway_app
-from gateway import config, upstream
+from gateway import config, upstream, upstream_clients
 
 UP1, UP2 = "http://up1:8000", "http://up2:8000"
 CHAT = {"model": "demo", "messages": [{"role": "user", "content": "Hi"}]}
@@ -96,7 +96,7 @@ async def call(router: respx.MockRouter, body: dict[str, Any] | bytes,
                cfg: config.Config | None = None, headers: dict[str, str] | None = None,
                path: str = "/v1/chat/completions") -> httpx.Response:
     def factory(_: config.Config) -> upstream.UpstreamClient:
-        return upstream.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
+        return upstream_clients.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
             router.async_handler)))
 
     app = gateway_app.build_app(cfg or make_config(), factory)
@@ -268,7 +268,7 @@ async def test_placeholder_and_missing_model_names_reach_the_default_model(
 @pytest.mark.anyio
 async def test_status_routes_and_their_auth() -> None:
     def factory(_: config.Config) -> upstream.UpstreamClient:
-        return upstream.HttpxClient(httpx.AsyncClient())
+        return upstream_clients.HttpxClient(httpx.AsyncClient())
 
     app = gateway_app.build_app(make_config(api_keys=["k"]), factory)
     with respx.mock(assert_all_called=False) as r:
@@ -416,7 +416,7 @@ async def test_a_dns_named_upstream_is_asked_with_its_name_as_host() -> None:
         by_name = r.post("http://localhost:8000/v1/chat/completions").mock(side_effect=worker_ok)
         by_address = r.post("http://127.0.0.1:8000/v1/chat/completions").mock(
             side_effect=worker_ok)
-        app = gateway_app.build_app(cfg, lambda _: upstream.HttpxClient(httpx.AsyncClient(
+        app = gateway_app.build_app(cfg, lambda _: upstream_clients.HttpxClient(httpx.AsyncClient(
             transport=httpx.MockTransport(r.async_handler))))
         async with app.router.lifespan_context(app):
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),

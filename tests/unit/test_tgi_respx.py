@@ -14,7 +14,7 @@ import respx
 
 from adapters.frontends import tgi
 from gateway import app as gateway_app
-from gateway import config, upstream
+from gateway import config, upstream, upstream_clients
 from tests.golden import runner
 from tests.golden.test_tgi_golden import GOLDEN_SEED
 from tests.unit import test_pipeline_respx
@@ -141,7 +141,7 @@ async def test_messages_api_placeholders_reach_the_default_model(model: str | No
 
 async def get(path: str, cfg: config.Config) -> httpx.Response:
     def factory(_: config.Config) -> upstream.UpstreamClient:
-        return upstream.HttpxClient(httpx.AsyncClient())
+        return upstream_clients.HttpxClient(httpx.AsyncClient())
 
     app = gateway_app.build_app(cfg, factory)
     with respx.mock(assert_all_called=False) as r:

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway import app as gateway_app
-from gateway import config, telemetry, tracing, upstream
+from gateway import config, telemetry, tracing, upstream, upstream_clients
 from schemas import events
 from tests.unit.test_failover_respx import REST, TWO_CHOICES_HEAD
 from tests.unit.test_metrics import STREAM_USAGE
@@ -36,7 +36,7 @@ TRACESTATE = "congo=t61rcWkgMzE"
 async def post(router: respx.MockRouter, body: dict[str, Any], headers: dict[str, str],
                traces: tracing.Tracing | None = None) -> httpx.Response:
     def factory(_: config.Config) -> upstream.UpstreamClient:
-        return upstream.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
+        return upstream_clients.HttpxClient(httpx.AsyncClient(transport=httpx.MockTransport(
             router.async_handler)))
 
     app = gateway_app.build_app(make_config(), factory, traces)

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from adapters import registry
-from gateway import balancer, config, health, http1, upstream
+from gateway import balancer, config, health, http1, upstream_clients
 from simulator import SimulatorSettings, build_app
 from tests.fakes import hosts, tgi_fake, triton_fake, trtllm_fake
 
@@ -265,7 +265,7 @@ def test_probes_use_each_worker_protocols_health_route(kind: str, fake: Any) -> 
     down = Starlette(routes=[Route(registry.backend(kind).health_path(),
                                    lambda r: Response(b"", 503), methods=["GET"])])
     ups = balancer.Upstreams(("http://w:1", "http://down:1"))
-    client = upstream.HttpxClient(httpx.AsyncClient(transport=hosts.Hosts(
+    client = upstream_clients.HttpxClient(httpx.AsyncClient(transport=hosts.Hosts(
         {"w": fake(), "down": down})))
 
     async def go() -> None:
@@ -371,7 +371,7 @@ def test_scraped_queue_steers_least_request() -> None:
     sims = {"a": build_app(SimulatorSettings(max_batch=1)), "b": build_app(SimulatorSettings())}
     ups = balancer.Upstreams(("http://a:1", "http://b:1"), "least_request")
     sims["a"].engine.waiting = 5  # a queue behind its one slot
-    client = upstream.HttpxClient(httpx.AsyncClient(transport=hosts.Hosts(sims)))
+    client = upstream_clients.HttpxClient(httpx.AsyncClient(transport=hosts.Hosts(sims)))
     gauges = registry.backend("vllm").load_gauges()
     assert gauges is not None
 

@@ -13,7 +13,7 @@ import pytest
 import respx
 
 from adapters import base
-from gateway import upstream
+from gateway import upstream, upstream_clients
 from schemas import errors
 from tests import leaks
 from tests.unit.test_pipeline_respx import call, make_config
@@ -154,7 +154,7 @@ async def test_an_unusable_url_is_tried_once_with_a_clear_error() -> None:
 
 @pytest.mark.anyio
 async def test_aiohttp_invalid_url_is_permanent() -> None:
-    client = upstream.AiohttpClient(1.0)
+    client = upstream_clients.AiohttpClient(1.0)
     try:
         with pytest.raises(errors.UpstreamError) as err:
             await client.send(base.UpstreamRequest("POST", "http://[bad", b"{}", {}, False))
