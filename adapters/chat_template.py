@@ -22,31 +22,41 @@ import functools
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
-
-import jinja2
-import jinja2.ext
-import jinja2.nodes
-import jinja2.parser
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from schemas import canonical, errors
 
+if TYPE_CHECKING:
+    import jinja2
 
-class _Generation(jinja2.ext.Extension):
-    """transformers' AssistantTracker tag: `{% generation %}...{% endgeneration %}` renders its
-    body; the indices it tracks for training are of no use here."""
 
-    tags = {"generation"}
+@functools.cache
+def _jinja() -> tuple[ModuleType, type]:
+    """Jinja2 and transformers' AssistantTracker tag, imported when a template is first
+    compiled: a serving process that renders none (no Triton chat, no chat failed over to a
+    completions route) does without them (27 ms of its start, 2 MiB; bench/RESULTS.md §28)."""
+    import jinja2
+    import jinja2.ext
+    import jinja2.nodes
+    import jinja2.parser
 
-    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return jinja2.nodes.Scope(body, lineno=lineno)
+    class Generation(jinja2.ext.Extension):
+        """`{% generation %}...{% endgeneration %}` renders its body; the indices
+        transformers tracks there for training are of no use here."""
+
+        tags = {"generation"}
+
+        def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.Scope(body, lineno=lineno)
+
+    return jinja2, Generation
 
 
 def _raise(message: str) -> None:
-    raise jinja2.TemplateError(message)
+    raise _jinja()[0].TemplateError(message)
 
 
 def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
@@ -61,13 +71,16 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
 def compile_template(text: str) -> jinja2.Template:
     """The compiled template, once per template text; a broken template is the operator's
     error, reported as such (500) on the requests that need it."""
+    jinja, generation = _jinja()
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
     env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols])
+        trim_blocks=True, lstrip_blocks=True, extensions=[generation, jinja.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     try:
         return env.from_string(text)
-    except jinja2.TemplateSyntaxError as exc:
+    except jinja.TemplateSyntaxError as exc:
         raise errors.GatewayError(
             f"the model's `chat_template` is not a valid Jinja2 template: {exc.message} "
             f"(line {exc.lineno})") from None
@@ -127,7 +140,7 @@ def render(text: str, messages: list[canonical.Message],
         variables["tools"] = [tool(t) for t in tools]
     try:
         return template.render(**variables)
-    except jinja2.TemplateError as exc:  # raise_exception(...) and undefined-variable errors
+    except _jinja()[0].TemplateError as exc:  # raise_exception(...), undefined variables
         raise errors.InvalidRequest(
             f"`messages` cannot be rendered with the model's chat template: {exc.message or exc}",
             field="messages") from None

@@ -2,7 +2,8 @@
 
 The gateway serves with its own HTTP client and server (gateway.http1, gateway.http_server);
 aiohttp (which builds two TLS contexts on import), httpx, uvicorn and the simulator's server
-were imported by every serving process all the same, and took half of `gateway serve`'s time
+were imported by every serving process all the same (and Jinja2, which only chat templates
+need), and took half of `gateway serve`'s time
 to its first answer (1.3 s to 0.67 s; bench/RESULTS.md §28). A process restarted by
 `server.workers`, or a pod's new replica, waits that long before it serves."""
 
@@ -16,7 +17,8 @@ import adapters
 import gateway
 import schemas
 
-NOT_SERVING = ("aiohttp", "httpx", "uvicorn", "simulator.server", "starlette.testclient")
+NOT_SERVING = ("aiohttp", "httpx", "uvicorn", "simulator.server", "starlette.testclient",
+               "jinja2")
 # the alternative clients, for the benchmark's comparison and the respx-mocked tests
 ALTERNATIVES = {"gateway.upstream_clients"}
 
