@@ -29,6 +29,7 @@ from schemas import canonical, errors
 
 if TYPE_CHECKING:
     import jinja2
+    import jinja2.sandbox
 
 
 @functools.cache
@@ -40,6 +41,7 @@ def _jinja() -> tuple[ModuleType, type]:
     import jinja2.ext
     import jinja2.nodes
     import jinja2.parser
+    import jinja2.sandbox
 
     class Generation(jinja2.ext.Extension):
         """`{% generation %}...{% endgeneration %}` renders its body; the indices
@@ -72,9 +74,8 @@ def compile_template(text: str) -> jinja2.Template:
     """The compiled template, once per template text; a broken template is the operator's
     error, reported as such (500) on the requests that need it."""
     jinja, generation = _jinja()
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(
+    env: jinja2.sandbox.ImmutableSandboxedEnvironment
+    env = jinja.sandbox.ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[generation, jinja.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
