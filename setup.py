@@ -1,15 +1,19 @@
-"""Pure Python by default; `GATEWAY_COMPILE=1 pip install .` also compiles the modules every
-request and every streamed chunk runs through with mypyc (bench/RESULTS.md §21: about a
-quarter fewer instructions a chunk). The .py files ship either way; a compiled module, where
-present, is the one imported. Needs a C compiler; build_support/gateway_build.py adds mypy and
-the dependencies to the build environment."""
+"""`pip install .` compiles the modules every request and every streamed chunk runs through
+with mypyc where the machine has a C compiler (bench/RESULTS.md §21: about a quarter fewer
+instructions a chunk), and installs them as pure Python where it cannot
+(build_support/compile_choice.py: `GATEWAY_COMPILE=0` pure, `1` compiled or fail). The .py
+files ship either way; a compiled module, where present, is the one imported.
+build_support/gateway_build.py adds mypy and the dependencies to the build environment."""
 
 from __future__ import annotations
 
-import os
 import sys
+from pathlib import Path
 
 from setuptools import setup
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from build_support import compile_choice  # noqa: E402 - found beside this file
 
 # Hot path only, and only modules that mypyc compiles without a change of behaviour: none
 # with async generators (gateway.failover, gateway.pipeline), none that reads another
@@ -46,16 +50,8 @@ COMPILED = [
     "schemas/events.py",
 ]
 
-ext_modules = []
-# Only when building: setuptools also runs this file to learn the build requirements and the
-# metadata (`egg_info`), before the backend has installed mypy for the first.
-if os.environ.get("GATEWAY_COMPILE", "") == "1" and {"bdist_wheel", "build_ext"} & set(sys.argv):
-    from mypyc.build import mypycify
+# Only when building a wheel or extensions: setuptools also runs this file to learn the build
+# requirements and the metadata (`egg_info`), before the backend has installed mypy.
+ext_modules = compile_choice.extensions(COMPILED) if compile_choice.builds_binaries(sys.argv) else []
 
-    # GATEWAY_COMPILE_SEPARATE=1: a shared library per module, which `build_ext -j N` compiles
-    # side by side (the tests' quick build); else one for all, whose calls between modules
-    # are direct (what the image ships).
-    ext_modules = mypycify(COMPILED, opt_level=os.environ.get("GATEWAY_COMPILE_OPT", "3"),
-                           separate=os.environ.get("GATEWAY_COMPILE_SEPARATE", "") == "1")
-
-setup(ext_modules=ext_modules)
+setup(ext_modules=ext_modules, cmdclass={"build_ext": compile_choice.OptionalBuildExt})

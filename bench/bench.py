@@ -568,7 +568,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "main), with its own defaults, in the same run")
     p.add_argument("--compiled", action="store_true",
                    help="also measure this tree built with setup.py's compiled modules "
-                        "(GATEWAY_COMPILE=1, as the gateway image builds it), built first in a "
+                        "(as `pip install .` builds it with a C compiler), built first in a "
                         "temporary copy: the row gateway-compiled")
     p.add_argument("--loadgen", choices=["httptools", "aiohttp"], default="httptools",
                    help="load generator client (see bench/loadgen.py)")

@@ -9,18 +9,15 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
+
+from build_support.compile_choice import c_compiler
+
+__all__ = ["build", "c_compiler"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ["schemas", "adapters", "gateway", "simulator", "tests", "bench", "build_support",
            "setup.py", "pyproject.toml", "README.md"]
-
-
-def c_compiler() -> str | None:
-    """The compiler setuptools would call, if this machine has it."""
-    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
-    return shutil.which(cc.split()[0])
 
 
 def build(dest: Path, opt_level: str = "3",

@@ -1,32 +1,29 @@
 """The package's PEP 517 backend: setuptools', plus what compiling needs when asked for.
 
-`GATEWAY_COMPILE=1 pip install .` compiles the hot modules (setup.py's `COMPILED`) with mypyc.
-mypyc type-checks them as `mypy` does in CI, so the isolated build environment then needs mypy
-and the packages whose types the modules use (the project's own dependencies). Without the
-variable this is setuptools' backend unchanged: a plain, pure-Python build.
+A wheel compiles the hot modules (setup.py's `COMPILED`) with mypyc where it can
+(compile_choice.py). mypyc type-checks them as `mypy` does in CI, so the isolated build
+environment then needs mypy and the packages whose types the modules use (the project's own
+dependencies). A pure build (`GATEWAY_COMPILE=0`, no C compiler, an editable install) is
+setuptools' backend unchanged.
 """
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 from typing import Any
 
+import compile_choice  # beside this module, on the backend's path (pyproject.toml)
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import *  # noqa: F403 - the hooks this module does not change
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def compiling() -> bool:
-    return os.environ.get("GATEWAY_COMPILE", "") == "1"
-
-
 def _compile_requires() -> list[str]:
     """mypy (mypyc), the type stubs CI's mypy uses, and the packages the modules import
     (the dependencies and the `otel` extra: mypy follows every import, as in CI)."""
-    if not compiling():
+    if not compile_choice.compiling():
         return []
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]

@@ -20,7 +20,8 @@ COPY gateway gateway
 COPY simulator simulator
 # --without-pip + `pip --python`: the environment gets the gateway and its dependencies,
 # not pip itself; the `otel` extra, so that the image can export traces (OTEL_* variables).
-# GATEWAY_COMPILE=1: the hot modules compiled with mypyc (setup.py; bench/RESULTS.md §21).
+# GATEWAY_COMPILE=1: the hot modules compiled with mypyc, or the build fails (setup.py;
+# build_support/compile_choice.py; bench/RESULTS.md §21).
 # dumb-init (pinned, from PyPI) becomes PID 1: it forwards SIGTERM to the
 # gateway and reaps orphaned grandchildren of managed workers.
 RUN python -m venv --without-pip /opt/gateway \

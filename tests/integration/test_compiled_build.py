@@ -1,6 +1,6 @@
-"""The opt-in compiled build (`GATEWAY_COMPILE=1 pip install .`, setup.py): every module it lists
-compiles with mypyc, is the one imported, and the compiled gateway writes the same bytes as
-the pure one. The goldens (every client protocol's answers and errors, every worker's request)
+"""The compiled build (what `pip install .` makes where there is a C compiler, setup.py):
+every module it lists compiles with mypyc, is the one imported, and the compiled gateway
+writes the same bytes as the pure one. The goldens (every client protocol's answers and errors, every worker's request)
 and the front end x worker matrix run against the compiled modules. A compiled module checks
 its declared types at run time and reads its own classes' attributes directly, so a build
 that compiles can still behave otherwise (bench/RESULTS.md §21b). The gateway image builds
