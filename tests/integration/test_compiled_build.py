@@ -1,10 +1,11 @@
 """The compiled build (what `pip install .` makes where there is a C compiler, setup.py):
 every module it lists compiles with mypyc, is the one imported, and the compiled gateway
-writes the same bytes as the pure one. The goldens (every client protocol's answers and errors, every worker's request)
-and the front end x worker matrix run against the compiled modules. A compiled module checks
-its declared types at run time and reads its own classes' attributes directly, so a build
-that compiles can still behave otherwise (bench/RESULTS.md §21b). The gateway image builds
-this way (deploy/docker/gateway.Dockerfile)."""
+writes the same bytes as the pure one. The goldens (every client protocol's answers and
+errors, every worker's request) and the front end x worker matrix run against the compiled
+modules, and a compiled gateway answers requests full of odd values as a pure one does. A
+compiled module checks its declared types at run time and reads its own classes' attributes
+directly, so a build that compiles can still behave otherwise (bench/RESULTS.md §21b). The
+gateway image builds this way (deploy/docker/gateway.Dockerfile)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from build_support import compiled_tree
+from tests.integration import procs
+from tests.integration.odd_requests import odd_requests
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -119,3 +123,47 @@ def test_the_compiled_gateway_writes_the_goldens_and_the_matrix(build: Path) -> 
         assert r.returncode == 0, out[-8000:]
         summary = out.strip().splitlines()[-1]  # e.g. "1071 passed in 40.23s"
         assert " passed" in summary and "failed" not in summary and "error" not in summary
+
+
+RUN_COMPILED = ("import sys, gateway.serving as m\n"
+                "assert m.__file__.endswith('.so'), m.__file__\n"
+                "from gateway.cli import main\nsys.exit(main())")
+
+
+def test_the_compiled_gateway_answers_odd_requests_as_the_pure_one(
+        build: Path, tmp_path: Path) -> None:
+    """The HTTP surface, side by side: requests with odd values in every protocol's fields
+    (wrong types, huge numbers, empty and nested values) to a pure and a compiled gateway in
+    front of one simulator get the same status, and the same bytes for every error, and
+    neither answers 5xx. A compiled module checks its declared types at run time, so an odd
+    value the pure build turns into a 4xx could end as an internal error there instead."""
+    sim, sim_url = procs.simulator(tmp_path, "--tokens", "4")
+    config = tmp_path / "gateway.yaml"
+    config.write_text("default_model: demo\nmodels:\n  - {name: demo, backend: vllm, "
+                      f"upstreams: ['{sim_url}']}}\n")
+    ports = [procs.free_port(), procs.free_port()]
+    serve = ["serve", "--config", str(config), "--host", "127.0.0.1", "--port"]
+    pure = procs.Proc([sys.executable, "-m", "gateway", *serve, str(ports[0])],
+                      tmp_path / "pure.log")
+    # -P: the compiled copy on PYTHONPATH, not the source tree the test runs from; the
+    # process checks that it serves with the compiled modules before it starts
+    compiled = procs.Proc([sys.executable, "-P", "-c", RUN_COMPILED, *serve, str(ports[1])],
+                          tmp_path / "compiled.log", {"PYTHONPATH": str(build)})
+    try:
+        for proc, port in ((pure, ports[0]), (compiled, ports[1])):
+            proc.wait_http(f"http://127.0.0.1:{port}/health", timeout=30)
+        statuses: set[int] = set()
+        with httpx.Client(timeout=30) as client:
+            for path, body in odd_requests(seed=17, count=1000):
+                pure_answer, compiled_answer = (
+                    client.post(f"http://127.0.0.1:{port}{path}", json=body) for port in ports)
+                case = f"{path} {body!r:.400}"
+                assert pure_answer.status_code == compiled_answer.status_code, case
+                assert pure_answer.status_code < 500, case
+                if pure_answer.status_code >= 400:
+                    assert pure_answer.content == compiled_answer.content, case
+                statuses.add(pure_answer.status_code)
+        assert 200 in statuses and {400, 422} <= statuses  # both kinds of answer were compared
+    finally:
+        for proc in (pure, compiled, sim):
+            proc.stop()
