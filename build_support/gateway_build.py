@@ -1,4 +1,4 @@
-"""The package's PEP 517 backend: setuptools', plus what compiling needs when asked for.
+"""The package's PEP 517 backend: setuptools', plus what compiling needs when a wheel compiles.
 
 A wheel compiles the hot modules (setup.py's `COMPILED`) with mypyc where it can
 (compile_choice.py). mypyc type-checks them as `mypy` does in CI, so the isolated build
