@@ -5,6 +5,7 @@ the compiled one, and leave no shim behind without its library."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -130,9 +131,19 @@ def test_a_failing_compiler_fails_the_build_when_compiling_is_required(
         command.run()
 
 
-def test_a_working_compiler_builds_the_extension(tmp_path: Path) -> None:
-    if compile_choice.c_compiler() is None:
-        pytest.skip("no C compiler on this machine")
+def test_this_machines_compiler_builds_an_importable_extension_or_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Best effort with the compiler the machine has: a module that imports where there is
+    one (CI has gcc), and no extension at all where there is none."""
+    monkeypatch.delenv("GATEWAY_COMPILE", raising=False)
     command = build_command(tmp_path)
     command.run()
-    assert [Path(p).exists() for p in command.get_outputs()] == [True]
+    if compile_choice.c_compiler() is None:
+        assert command.get_outputs() == []
+        return
+    [built] = command.get_outputs()
+    spec = importlib.util.spec_from_file_location("probe", built)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.__name__ == "probe"
