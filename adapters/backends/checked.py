@@ -41,7 +41,9 @@ def optional_string(value: Any, what: str) -> str | None:
 
 
 def integer(value: Any, what: str) -> int:
-    if not isinstance(value, int):
+    # `type`, not `isinstance`: JSON's `true` is no integer. The pure build would write it
+    # back as `true` and the compiled one, whose `int` takes a bool, as `1`.
+    if type(value) is not int:
         raise _wrong(what, value, "an integer")
     return bounded(value, what)
 
@@ -71,7 +73,7 @@ def optional_integer(value: Any, what: str) -> int | None:
 
 
 def number(value: Any, what: str) -> float:
-    if not isinstance(value, int | float):
+    if type(value) is not float and type(value) is not int:  # (not a bool: as `integer`)
         raise _wrong(what, value, "a number")
     return value
 
@@ -92,5 +94,14 @@ def integers(value: Any, what: str) -> list[int] | None:
 
 
 def matched(value: Any) -> str | int | None:
-    """A finish's stop string or stop token id; any other value names none."""
-    return value if isinstance(value, str | int) else None
+    """A finish's stop string or stop token id; any other value (a bool, an integer no
+    encoder can write) names none."""
+    if type(value) is str or (type(value) is int and INT_MIN <= value <= INT_MAX):
+        return value
+    return None
+
+
+def token_id(value: Any) -> int | None:
+    """A token's id where a worker may leave it out: any value but an integer the encoders
+    can write is none."""
+    return value if type(value) is int and INT_MIN <= value <= INT_MAX else None

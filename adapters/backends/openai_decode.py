@@ -28,10 +28,11 @@ def finish(choice: int, reason: str, stop_reason: Any) -> ev.Finish:
     """vLLM's (finish_reason, stop_reason) pair to the canonical reason; "stop" splits three ways."""
     if reason == "stop" or reason not in _FINISH:
         # vLLM protocol.py: stop_reason is the matched string, the stop token id, or null (EOS).
-        if isinstance(stop_reason, str):
-            return ev.Finish(choice, "stop_string", stop_reason)
-        if isinstance(stop_reason, int):
-            return ev.Finish(choice, "stop_token", stop_reason)
+        matched = checked.matched(stop_reason)
+        if isinstance(matched, str):
+            return ev.Finish(choice, "stop_string", matched)
+        if isinstance(matched, int):
+            return ev.Finish(choice, "stop_token", matched)
         return ev.Finish(choice, "eos")
     return ev.Finish(choice, _FINISH[reason], checked.matched(stop_reason))
 
@@ -208,8 +209,8 @@ class OpenAIDecoder(decoder.FramedDecoder):
             if not isinstance(c, dict):
                 raise TypeError(f"a choice is {type(c).__name__}, not an object")
             i = c.get("index", 0)
-            if not isinstance(i, int):  # a choice's index, as the compiled encoders read it
-                raise TypeError(f"a choice's index is {type(i).__name__}, not an integer")
+            if type(i) is not int:  # a choice's index, as the compiled encoders read it
+                i = checked.integer(i, "a choice's index")  # (raises)
             if ended and i in ended:  # past its finish
                 continue
             if self._chat:
@@ -300,7 +301,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
         if reason == "error":
             raise errors.UpstreamBroken("the worker reported a generation error")
         self._ended.add(i)
-        out.append(finish(i, reason, c.get("stop_reason")))
+        out.append(finish(i, checked.string(reason, "a finish_reason"), c.get("stop_reason")))
 
     def on_body(self, obj: Any, out: list[ev.Event]) -> None:
         if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):

@@ -120,17 +120,17 @@ class TgiStreamDecoder(decoder.FramedDecoder):
         if self._echo is not None:
             out.append(ev.TextDelta(0, self._echo))
             self._echo = None
-        tid = tok.get("id")
+        tid = checked.token_id(tok.get("id"))
         # A special token's text (`</s>`) is not in generated_text (flash_causal_lm.py decodes
         # it with skip_special_tokens): the delta leaves it out, its logprob keeps it.
         text = "" if tok.get("special") else str(tok.get("text") or "")
         lps = [_token_logprob(tok, obj.get("top_tokens"))] if self._logprobs else None
-        out.extend(self._trim.push(ev.TextDelta(0, text, [tid] if isinstance(tid, int) else None,
-                                                lps)))
+        out.extend(self._trim.push(ev.TextDelta(0, text, None if tid is None else [tid], lps)))
         if obj.get("generated_text") is not None:  # the last event (server.rs End)
             self._done = True
             details = obj.get("details") or {}
-            out.extend(finish_events(self._trim, 0, details.get("finish_reason")))
+            out.extend(finish_events(self._trim, 0, checked.optional_string(
+                details.get("finish_reason"), "a finish_reason")))
             if isinstance(details.get("input_length"), int):
                 out.append(ev.Usage(checked.count(details["input_length"], "input_length"),
                                     checked.count(details["generated_tokens"],
@@ -179,7 +179,8 @@ class TgiWholeDecoder(decoder.FramedDecoder):
         out: list[ev.Event] = [ev.TextDelta(i, self._echo)] if self._echo is not None else []
         trim = stops.StopTrimmer(self._stop, self._keep)
         out.extend(trim.push(ev.TextDelta(i, text, ids, lps)))
-        out.extend(finish_events(trim, i, d.get("finish_reason")))
+        out.extend(finish_events(trim, i, checked.optional_string(d.get("finish_reason"),
+                                                                 "a finish_reason")))
         return out
 
 

@@ -2,10 +2,10 @@
 every module it lists compiles with mypyc, is the one imported, and the compiled gateway
 writes the same bytes as the pure one. The goldens (every client protocol's answers and
 errors, every worker's request) and the front end x worker matrix run against the compiled
-modules, and a compiled gateway answers requests full of odd values as a pure one does. A
-compiled module checks its declared types at run time and reads its own classes' attributes
-directly, so a build that compiles can still behave otherwise (bench/RESULTS.md §21b). The
-gateway image builds this way (deploy/docker/gateway.Dockerfile)."""
+modules, and a compiled gateway answers requests, and relays worker answers, full of odd
+values as a pure one does. A compiled module checks its declared types at run time and reads
+its own classes' attributes directly, so a build that compiles can still behave otherwise
+(bench/RESULTS.md §21b). The gateway image builds this way (deploy/docker/gateway.Dockerfile)."""
 
 from __future__ import annotations
 
@@ -167,3 +167,36 @@ def test_the_compiled_gateway_answers_odd_requests_as_the_pure_one(
     finally:
         for proc in (pure, compiled, sim):
             proc.stop()
+
+
+RUN_ODD_ANSWERS = ("import runpy, gateway.serving as m\n"
+                   "assert m.__file__.endswith('.so'), m.__file__\n"
+                   "runpy.run_module('tests.matrix.odd_answers', run_name='__main__')")
+
+
+def test_the_compiled_gateway_answers_odd_worker_answers_as_the_pure_one(build: Path) -> None:
+    """The worker's side, side by side: answers of every worker kind with odd values in them
+    (tests/matrix/odd_answers.py), through every client protocol, get the same status and
+    bytes from both builds (ids and times aside). The pure build once read a `false` token
+    id or choice index as it came where the compiled one, whose `int` takes a bool, wrote 0;
+    and took a finish_reason that is no string (as a natural end) where the compiled one
+    refused it."""
+    seed, count = "23", "1000"
+    runs = [subprocess.Popen([sys.executable, "-m", "tests.matrix.odd_answers", seed, count],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE),
+            subprocess.Popen([sys.executable, "-P", "-c", RUN_ODD_ANSWERS, seed, count],
+                             cwd=build, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(build)})]
+    try:
+        (pure, pure_err), (compiled, compiled_err) = (r.communicate(timeout=300) for r in runs)
+    finally:
+        for r in runs:
+            if r.poll() is None:
+                r.kill()
+                r.wait(10)
+    assert runs[0].returncode == 0, pure_err[-4000:]
+    assert runs[1].returncode == 0, compiled_err[-4000:]
+    lines = pure.decode().splitlines(), compiled.decode().splitlines()
+    assert len(lines[0]) == len(lines[1]) == int(count)
+    differ = [(p[:500], c[:500]) for p, c in zip(*lines, strict=True) if p != c]
+    assert differ == []

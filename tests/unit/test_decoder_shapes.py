@@ -15,7 +15,7 @@ import pytest
 import respx
 
 from adapters import base
-from adapters.backends import openai_decode, tgi_decode
+from adapters.backends import checked, openai_decode, tgi_decode
 from schemas import errors
 from schemas import events as ev
 from tests.unit.test_pipeline_respx import CHAT, UP1, call, make_config
@@ -32,14 +32,22 @@ DECODERS: dict[str, tuple[Make, list[bytes]]] = {
         # it mid-stream, so both builds refuse it here (checked.text)
         b'{"choices":[{"index":0,"delta":{"content":5}}]}',
         b'{"choices":[{"index":"0","delta":{"content":"a"}}]}',
-        b'{"choices":[{"index":0,"delta":{"reasoning":{"a":1}}}]}']),
+        b'{"choices":[{"index":0,"delta":{"reasoning":{"a":1}}}]}',
+        # a finish_reason that is no string, and a `false` index: the pure build took them
+        # (an unknown reason as a natural end, false as index false), the compiled one refused
+        # them (tests/matrix/test_odd_answers.py compares the builds)
+        b'{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":5}]}',
+        b'{"choices":[{"index":0,"delta":{},"finish_reason":{"a":1}}]}',
+        b'{"choices":[{"index":false,"delta":{"content":"a"}}]}']),
     "openai-text-stream": (lambda: openai_decode.OpenAIDecoder(False, True), [
         b'{"choices":["x"]}', b'{"usage":{"prompt_tokens":"many"}}',
         b'{"choices":[{"index":0,"text":"a","logprobs":{"tokens":5}}]}',
-        b'{"choices":[{"index":0,"text":["a"]}]}', b'{"choices":[{"index":1.0,"text":"a"}]}']),
+        b'{"choices":[{"index":0,"text":["a"]}]}', b'{"choices":[{"index":1.0,"text":"a"}]}',
+        b'{"choices":[{"index":0,"text":"a","finish_reason":-1}]}']),
     "tgi-stream": (lambda: tgi_decode.TgiStreamDecoder([], False, False), [
         b'{"token":{"id":1,"text":"a"},"generated_text":"a","details":{"input_length":3}}',
-        b'{"token":{"id":1,"text":"a"},"generated_text":"a","details":"x"}']),
+        b'{"token":{"id":1,"text":"a"},"generated_text":"a","details":"x"}',
+        b'{"token":{"id":1,"text":"a"},"generated_text":"a","details":{"finish_reason":{}}}']),
 }
 CASES = [(name, bad) for name, (_, bads) in DECODERS.items() for bad in bads]
 
@@ -55,12 +63,48 @@ def test_an_event_of_the_wrong_shape_is_the_workers_malformed_answer(name: str,
 
 @pytest.mark.parametrize("body", [b'{"choices":[{"index":0,"message":"hi"}]}',
                                   b'{"choices":[{"index":0,"message":{"content":"a"},'
+                                  b'"finish_reason":1.5}]}',
+                                  b'{"choices":[{"index":0,"message":{"content":"a"},'
                                   b'"finish_reason":"stop"}],"usage":[1]}'])
 def test_a_whole_body_of_the_wrong_shape_is_the_workers_malformed_answer(body: bytes) -> None:
     dec = openai_decode.OpenAIDecoder(True, False)
     dec.feed(body)
     with pytest.raises(errors.UpstreamBroken, match="wrong shape"):
         dec.close()
+
+
+def test_a_tgi_whole_answer_whose_finish_reason_is_no_string_is_malformed() -> None:
+    dec = tgi_decode.TgiWholeDecoder([], False, False, None, 1)
+    dec.feed(b'{"generated_text":"a","details":{"finish_reason":2,"generated_tokens":1}}')
+    with pytest.raises(errors.UpstreamBroken, match="wrong shape"):
+        dec.close()
+
+
+@pytest.mark.parametrize("odd", [b"false", b"true", b'"7"', b"1180591620717411303424"])
+def test_a_tgi_token_id_that_is_no_integer_is_no_id(odd: bytes) -> None:
+    """A token's id is the worker's to leave out (the client then gets -1): a bool (which
+    the compiled build's `int` would take as 0 or 1) or one past what JSON writers keep is
+    none too."""
+    dec = tgi_decode.TgiStreamDecoder([], False, False)
+    got = dec.feed(b'data: {"token":{"id":' + odd + b',"text":"a"},"generated_text":null}\n\n')
+    assert got == [ev.TextDelta(0, "a", None)]
+
+
+@pytest.mark.parametrize("odd", [b"true", b"1180591620717411303424", b"[1]"])
+def test_a_stop_reason_that_names_no_stop_is_a_natural_end(odd: bytes) -> None:
+    dec = openai_decode.OpenAIDecoder(True, True)
+    got = decode(dec, b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop",'
+                 b'"stop_reason":' + odd + b"}]}\n\ndata: [DONE]\n\n")
+    assert got == [ev.Finish(0, "eos")]
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_bool_is_no_integer_nor_number(value: bool) -> None:
+    with pytest.raises(TypeError):
+        checked.integer(value, "a count")
+    with pytest.raises(TypeError):
+        checked.number(value, "a log prob")
+    assert checked.matched(value) is None and checked.token_id(value) is None
 
 
 async def first_event_answer(event: bytes) -> httpx.Response:

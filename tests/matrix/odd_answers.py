@@ -1,0 +1,183 @@
+"""Worker answers with odd values in them, for every worker kind and every client protocol: a
+loopback worker that asks the in-process fake of its kind (tests/matrix/harness.py) for the
+right answer to the gateway's request, spoils one or two of its JSON values (a wrong type, a
+huge or negative number, an empty, nested or long value, a key gone, an event that is no
+object), and sends the result as that worker would, one HTTP/1.1 chunk an event. The gateway
+in front of it is `gateway serve`'s own app, with its own upstream client (gateway.http1).
+
+`outcomes(seed, count)` draws `count` cases from `seed` and returns what each client got;
+`Outcome.line` writes it as one line with the per-answer ids and times blanked, which this
+module prints when run, so that two builds of the gateway (pure and compiled,
+tests/integration/test_compiled_build.py) can be compared answer by answer.
+
+    python -m tests.matrix.odd_answers SEED COUNT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from gateway import app as gateway_app
+from gateway import config, observability
+from simulator import server, settings
+from tests.fakes import tgi_fake, triton_fake, trtllm_fake
+from tests.integration.odd_requests import ODD
+from tests.matrix import harness
+
+KINDS = ("vllm", "openai", "trtllm", "triton", "tgi")
+CASES = [(client, stream) for client, (_, _, modes) in harness.CLIENTS.items()
+         for stream in modes]
+# a JSON event on its own line: SSE's `data:` (with or without its space) or a JSON line
+EVENT = re.compile(rb"^(data: ?)?(\{.*\})$")
+# what differs between two runs of the same case: ids, times, the gateway's request ids
+VOLATILE = re.compile(rb'("(?:id|system_fingerprint)": ?)"[^"]*"|("created": ?)[0-9]+'
+                      rb'|(?:chatcmpl|cmpl)-[0-9a-f]{6,}')
+
+
+def fake_app(kind: str) -> Any:
+    if kind in ("vllm", "openai"):
+        return server.build_app(settings.SimulatorSettings(tokens=6))
+    return {"trtllm": trtllm_fake.app, "triton": triton_fake.app, "tgi": tgi_fake.app}[kind]()
+
+
+def spoil_value(node: Any, rng: random.Random) -> Any:
+    """`node` with one value somewhere in it replaced by an odd one, or one key removed."""
+    if isinstance(node, dict) and node and rng.random() < 0.75:
+        key = rng.choice(list(node))
+        if rng.random() < 0.15:
+            return {k: v for k, v in node.items() if k != key}
+        return {**node, key: spoil_value(node[key], rng)}
+    if isinstance(node, list) and node and rng.random() < 0.75:
+        i = rng.randrange(len(node))
+        return [*node[:i], spoil_value(node[i], rng), *node[i + 1:]]
+    return rng.choice(ODD)
+
+
+def spoil(body: bytes, rng: random.Random) -> list[bytes]:
+    """The worker's answer as the parts it is sent in (one an event), one or two of its JSON
+    events spoiled (json.dumps: orjson cannot write 2**70)."""
+    events = body.split(b"\n")
+    found = [i for i, line in enumerate(events) if EVENT.match(line)]
+    for i in rng.sample(found, min(len(found), rng.choice((1, 1, 2)))):
+        match = EVENT.match(events[i])
+        assert match is not None
+        value = spoil_value(json.loads(match[2]), rng)
+        events[i] = (match[1] or b"") + json.dumps(value, separators=(",", ":"),
+                                                   ensure_ascii=False).encode()
+    parts = b"\n".join(events).split(b"\n\n")
+    return [p + b"\n\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+class OddWorker:
+    """A loopback worker of one kind whose generation answers carry odd values (its health
+    and info answers are the fake's own, so that the gateway routes to it)."""
+
+    def __init__(self, kind: str) -> None:
+        self.fake = httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_app(kind)),
+                                      base_url="http://fake", timeout=20)
+        self.rng = random.Random(0)
+        self.server: asyncio.Server | None = None
+        self.open: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for writer in self.open:  # the gateway's pooled connections: their handlers end
+            writer.close()
+        await asyncio.sleep(0)
+        await self.fake.aclose()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open.add(writer)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                line, *fields = head.decode("latin-1").split("\r\n")
+                method, target, _ = line.split(" ", 2)
+                headers = {k.strip().lower(): v.strip()
+                           for k, _, v in (f.partition(":") for f in fields if f)}
+                body = await reader.readexactly(int(headers.get("content-length", 0)))
+                writer.write(await self._answer(method, target, headers, body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open.discard(writer)
+            writer.close()
+
+    async def _answer(self, method: str, target: str, headers: dict[str, str],
+                      body: bytes) -> bytes:
+        r = await self.fake.request(method, target, content=body, headers={
+            k: v for k, v in headers.items() if k in ("content-type", "accept")})
+        parts = spoil(r.content, self.rng) if method == "POST" and r.status_code == 200 \
+            else [r.content]
+        ctype = r.headers.get("content-type", "application/json")
+        head = f"HTTP/1.1 {r.status_code} X\r\ncontent-type: {ctype}\r\ntransfer-encoding: chunked\r\n\r\n"
+        return head.encode() + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts if p) \
+            + b"0\r\n\r\n"
+
+
+def gateway_config(kind: str, url: str) -> config.Config:
+    backend = harness.KINDS[kind][0]
+    model: dict[str, Any] = {"name": "m", "backend": backend, "upstreams": [url],
+                             "upstream_model": "ensemble" if kind == "triton" else "org/m"}
+    if kind == "triton":
+        model["chat_template"] = harness.TEMPLATE
+    return config.Config.model_validate({"default_model": "m", "models": [model]})
+
+
+@dataclass
+class Outcome:
+    """One case: what the client got."""
+
+    case: int
+    kind: str
+    client: str
+    stream: bool
+    status: int
+    body: bytes
+
+    def line(self) -> str:
+        seen = VOLATILE.sub(rb"\1\2_", self.body)
+        return (f"{self.case} {self.kind} {self.client} {'stream' if self.stream else 'whole'} "
+                f"{self.status} {seen!r}")
+
+
+async def outcomes(seed: int, count: int) -> list[Outcome]:
+    """`count` cases drawn from `seed`, spread over the worker kinds, in case order."""
+    found: list[Outcome] = []
+    for k, kind in enumerate(KINDS):
+        worker = OddWorker(kind)
+        app = gateway_app.build_app(gateway_config(kind, await worker.start()))
+        try:
+            async with app.router.lifespan_context(app), httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=app), base_url="http://gw",
+                    timeout=30) as gw:
+                for i in range(k, count, len(KINDS)):
+                    rng = random.Random(f"{seed}/{i}")
+                    client, stream = rng.choice(CASES)
+                    worker.rng = rng
+                    path, body = harness.CLIENTS[client][0](stream)
+                    r = await gw.post(path, content=json.dumps(body).encode(),
+                                      headers={"content-type": "application/json"})
+                    found.append(Outcome(i, kind, client, stream, r.status_code, r.content))
+        finally:
+            await worker.stop()
+    return sorted(found, key=lambda o: o.case)
+
+
+if __name__ == "__main__":
+    observability.configure("critical")  # the lines are the output
+    print("\n".join(o.line() for o in asyncio.run(outcomes(int(sys.argv[1]), int(sys.argv[2])))))

@@ -1,0 +1,121 @@
+"""A worker whose answer holds odd values (tests/matrix/odd_answers.py: one or two JSON values of
+a right answer spoiled, for every worker kind and every client protocol) never makes the
+gateway fail as a bug: each client gets either a right answer or the worker's failure in its
+own protocol's form (STYLE.md section 5: a malformed answer is UpstreamBroken, 502; after the
+first byte an in-band error where the protocol has one). The compiled build runs this file
+too (tests/integration/test_compiled_build.py), and there compares every answer with the
+pure build's."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway import observability
+from tests.matrix import harness
+from tests.matrix.odd_answers import Outcome, outcomes
+
+OPENAI_ERROR = {"message", "type", "param", "code"}
+# client protocol -> what its error body looks like (a whole answer's 502)
+ERROR_SHAPES: dict[str, Callable[[Any], bool]] = {
+    "openai_chat": lambda o: set(o["error"]) == OPENAI_ERROR,
+    "openai_completions": lambda o: set(o["error"]) == OPENAI_ERROR,
+    "lmi_chat": lambda o: set(o) == {"error", "code"} and o["code"] == 502,
+    "lmi_inputs": lambda o: set(o) == {"error", "code"} and o["code"] == 502,
+    "tgi": lambda o: set(o) == {"error", "error_type"},
+    "elastic_chat": lambda o: o["status"] == 502 and "reason" in o["error"],
+    "elastic_completion": lambda o: o["status"] == 502 and "reason" in o["error"],
+}
+
+
+def sse_events(body: bytes) -> list[tuple[str, Any]]:
+    """(event name, JSON data or "[DONE]") of each event; a data line that is not JSON fails."""
+    out = []
+    for block in body.split(b"\n\n"):
+        if not block:
+            continue
+        name, data = "message", None
+        for line in block.split(b"\n"):
+            if line.startswith(b"event:"):
+                name = line[6:].strip().decode()
+            elif line.startswith(b"data:"):
+                raw = line[5:].strip()
+                data = "[DONE]" if raw == b"[DONE]" else orjson.loads(raw)
+        out.append((name, data))
+    return out
+
+
+def stream_verdict(client: str, body: bytes) -> str:
+    """ "ok", "failed" (the worker's failure, told in-band), or what is wrong with the stream."""
+    if client.startswith("lmi"):  # JSON lines; a failure is the last line's "error" finish
+        last = [orjson.loads(line) for line in body.splitlines() if line.strip()][-1]
+        finishes = [c.get("finish_reason") for c in last.get("choices", ())]
+        if "error" in finishes or (last.get("details") or {}).get("finish_reason") == "error":
+            return "failed"
+        return "ok" if finishes or "generated_text" in last else f"unended: {last}"
+    events = sse_events(body)
+    name, last = events[-1]
+    if client == "tgi":  # TGI: the error is the last event, with no [DONE]
+        if "error" in last:
+            return "failed" if set(last) == {"error", "error_type"} else f"error form: {last}"
+        return "ok" if last.get("generated_text") is not None else f"unended: {last}"
+    if client.startswith("elastic"):  # Elasticsearch: `event: error`, the stream's last
+        if name == "error":
+            return "failed" if "error" in last else f"error form: {last}"
+        return "ok" if last == "[DONE]" else f"unended: {last}"
+    if last != "[DONE]":  # OpenAI (vLLM): an error event, then [DONE]
+        return f"unended: {last}"
+    errors = [data for _, data in events[:-1] if "error" in data]
+    if not errors:
+        return "ok"
+    return "failed" if set(errors[0]["error"]) == OPENAI_ERROR else f"error form: {errors[0]}"
+
+
+def verdict(o: Outcome) -> str:
+    if o.status == 500 or b"internal gateway error" in o.body:
+        return "internal error"
+    if o.status == 502 and not o.stream:
+        return "failed" if ERROR_SHAPES[o.client](orjson.loads(o.body)) else "error form"
+    if o.status != 200:
+        return f"status {o.status}"
+    if not o.stream:
+        orjson.loads(o.body)
+        return "ok"
+    return stream_verdict(o.client, o.body)
+
+
+@pytest.mark.anyio
+async def test_odd_worker_answers_are_answered_or_failed_in_the_clients_form(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    bugs: list[BaseException] = []
+    monkeypatch.setattr(observability, "log_bug", lambda rid, exc: bugs.append(exc))
+    found = await outcomes(seed=17, count=600)
+    verdicts = Counter((verdict(o), o.stream) for o in found)
+    wrong = [(verdict(o), o.line()[:600]) for o in found if verdict(o) not in ("ok", "failed")]
+    assert wrong == [] and bugs == []
+    # both kinds of failure were met, and most odd values pass as the real servers' do
+    assert verdicts[("failed", False)] >= 10 and verdicts[("failed", True)] >= 30
+    assert verdicts[("ok", True)] + verdicts[("ok", False)] > len(found) // 2
+    assert {o.kind for o in found} == {"vllm", "openai", "trtllm", "triton", "tgi"}
+    assert {o.client for o in found} == set(harness.CLIENTS)
+
+
+def test_the_verdicts_tell_a_failure_from_a_broken_stream() -> None:
+    done = b'data: {"choices":[]}\n\ndata: [DONE]\n\n'
+    failed = b'data: {"error":{"message":"m","type":"t","param":null,"code":"c"}}\n\n' \
+        b"data: [DONE]\n\n"
+    assert stream_verdict("openai_chat", done) == "ok"
+    assert stream_verdict("openai_chat", failed) == "failed"
+    assert stream_verdict("openai_chat", b'data: {"choices":[]}\n\n').startswith("unended")
+    assert stream_verdict("elastic_chat", b'event: error\ndata: {"error":{}}\n\n') == "failed"
+    assert stream_verdict("tgi", b'data: {"error":"x","error_type":"generation"}\n\n') == "failed"
+    assert stream_verdict("tgi", b'data: {"token":{},"generated_text":null}\n\n') \
+        .startswith("unended")
+    assert stream_verdict("lmi_inputs", b'{"token":{}}\n').startswith("unended")
+    assert verdict(Outcome(0, "vllm", "tgi", False, 500, b"{}")) == "internal error"
+    with pytest.raises(orjson.JSONDecodeError):
+        stream_verdict("openai_chat", b"data: {cut\n\n")
