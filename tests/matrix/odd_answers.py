@@ -35,6 +35,19 @@ from tests.matrix import harness
 KINDS = ("vllm", "openai", "trtllm", "triton", "tgi")
 CASES = [(client, stream) for client, (_, _, modes) in harness.CLIENTS.items()
          for stream in modes]
+# Each kind's own error body (wire-formats.md): vLLM's nested ErrorResponse (and any OpenAI
+# server's), trtllm-serve's flat one, Triton's and TGI's objects; and the statuses they come with
+ERRORS: dict[str, Any] = {
+    "vllm": {"error": {"message": "m", "type": "BadRequestError", "param": None, "code": 400}},
+    "openai": {"error": {"message": "m", "type": "invalid_request_error", "param": "n",
+                         "code": None}},
+    "trtllm": {"object": "error", "message": "m", "type": "BadRequestError", "param": None,
+               "code": 400},
+    "triton": {"error": "m"},
+    "tgi": {"error": "m", "error_type": "validation"},
+}
+ERROR_STATUSES = (400, 404, 413, 422, 424, 429, 500, 503)
+NOT_JSON = (b"", b"<html><body>502 Bad Gateway</body></html>", b"null", b"{", b"\xff\xfe")
 # a JSON event on its own line: SSE's `data:` (with or without its space) or a JSON line
 EVENT = re.compile(rb"^(data: ?)?(\{.*\})$")
 # what differs between two runs of the same case: ids, times, the gateway's request ids
@@ -81,6 +94,7 @@ class OddWorker:
     and info answers are the fake's own, so that the gateway routes to it)."""
 
     def __init__(self, kind: str) -> None:
+        self.kind = kind
         self.fake = httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_app(kind)),
                                       base_url="http://fake", timeout=20)
         self.rng = random.Random(0)
@@ -121,10 +135,16 @@ class OddWorker:
                       body: bytes) -> bytes:
         r = await self.fake.request(method, target, content=body, headers={
             k: v for k, v in headers.items() if k in ("content-type", "accept")})
-        parts = spoil(r.content, self.rng) if method == "POST" and r.status_code == 200 \
-            else [r.content]
-        ctype = r.headers.get("content-type", "application/json")
-        head = f"HTTP/1.1 {r.status_code} X\r\ncontent-type: {ctype}\r\ntransfer-encoding: chunked\r\n\r\n"
+        status, ctype = r.status_code, r.headers.get("content-type", "application/json")
+        parts = [r.content]
+        if method == "POST" and status == 200:
+            if self.rng.random() < 0.2:  # refused or failed, with an odd error body
+                status, ctype = self.rng.choice(ERROR_STATUSES), "application/json"
+                parts = [self.rng.choice(NOT_JSON) if self.rng.random() < 0.2 else json.dumps(
+                    spoil_value(ERRORS[self.kind], self.rng)).encode()]
+            else:
+                parts = spoil(r.content, self.rng)
+        head = f"HTTP/1.1 {status} X\r\ncontent-type: {ctype}\r\ntransfer-encoding: chunked\r\n\r\n"
         return head.encode() + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts if p) \
             + b"0\r\n\r\n"
 

@@ -1,13 +1,15 @@
 """A worker whose answer holds odd values (tests/matrix/odd_answers.py: one or two JSON values of
 a right answer spoiled, for every worker kind and every client protocol) never makes the
-gateway fail as a bug: each client gets either a right answer or the worker's failure in its
-own protocol's form (STYLE.md section 5: a malformed answer is UpstreamBroken, 502; after the
-first byte an in-band error where the protocol has one). The compiled build runs this file
+gateway fail as a bug: each client gets either a right answer, or the worker's refusal or
+failure in its own protocol's form (STYLE.md section 5: a malformed answer is UpstreamBroken,
+502; after the first byte an in-band error where the protocol has one). A fifth of the
+worker's answers are error statuses with odd bodies (not JSON, or its own error body spoiled). The compiled build runs this file
 too (tests/integration/test_compiled_build.py), and there compares every answer with the
 pure build's."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -20,15 +22,14 @@ from tests.matrix import harness
 from tests.matrix.odd_answers import Outcome, outcomes
 
 OPENAI_ERROR = {"message", "type", "param", "code"}
-# client protocol -> what its error body looks like (a whole answer's 502)
-ERROR_SHAPES: dict[str, Callable[[Any], bool]] = {
-    "openai_chat": lambda o: set(o["error"]) == OPENAI_ERROR,
-    "openai_completions": lambda o: set(o["error"]) == OPENAI_ERROR,
-    "lmi_chat": lambda o: set(o) == {"error", "code"} and o["code"] == 502,
-    "lmi_inputs": lambda o: set(o) == {"error", "code"} and o["code"] == 502,
-    "tgi": lambda o: set(o) == {"error", "error_type"},
-    "elastic_chat": lambda o: o["status"] == 502 and "reason" in o["error"],
-    "elastic_completion": lambda o: o["status"] == 502 and "reason" in o["error"],
+# client protocol -> whether a JSON body is its error body for a status (before the first byte)
+ERROR_SHAPES: dict[str, Callable[[Any, int], bool]] = {
+    "openai_chat": lambda o, _: set(o["error"]) == OPENAI_ERROR,
+    "openai_completions": lambda o, _: set(o["error"]) == OPENAI_ERROR,
+    "lmi_chat": lambda o, status: set(o) == {"error", "code"} and o["code"] == status,
+    "lmi_inputs": lambda o, status: set(o) == {"error", "code"} and o["code"] == status,
+    "tgi": lambda o, _: set(o) == {"error", "error_type"},
+    "elastic_completion": lambda o, status: o["status"] == status and "reason" in o["error"],
 }
 
 
@@ -52,7 +53,9 @@ def sse_events(body: bytes) -> list[tuple[str, Any]]:
 def stream_verdict(client: str, body: bytes) -> str:
     """ "ok", "failed" (the worker's failure, told in-band), or what is wrong with the stream."""
     if client.startswith("lmi"):  # JSON lines; a failure is the last line's "error" finish
-        last = [orjson.loads(line) for line in body.splitlines() if line.strip()][-1]
+        # read as DJL's Python clients read them: its json.dumps writes a log prob of -inf
+        # (which the gateway's TGI decoder makes of a worker's null) as -Infinity
+        last = [json.loads(line) for line in body.splitlines() if line.strip()][-1]
         finishes = [c.get("finish_reason") for c in last.get("choices", ())]
         if "error" in finishes or (last.get("details") or {}).get("finish_reason") == "error":
             return "failed"
@@ -75,11 +78,26 @@ def stream_verdict(client: str, body: bytes) -> str:
     return "failed" if set(errors[0]["error"]) == OPENAI_ERROR else f"error form: {errors[0]}"
 
 
+def error_verdict(o: Outcome) -> str:
+    """A 4xx is the worker's refusal passed on, a 5xx its failure: in the client's error form."""
+    if o.client == "elastic_chat":  # Elasticsearch's _stream: an error is an SSE event
+        name, data = sse_events(o.body)[-1]
+        told = name == "error" and {"code", "message", "type"} <= set(data["error"])
+    elif o.client == "elastic_completion" and o.stream:  # the same, holding its error body
+        name, data = sse_events(o.body)[-1]
+        told = name == "error" and ERROR_SHAPES[o.client](data, o.status)
+    else:
+        told = ERROR_SHAPES[o.client](orjson.loads(o.body), o.status)
+    if not told:
+        return f"error form {o.status}"
+    return "refused" if o.status < 500 else "failed"
+
+
 def verdict(o: Outcome) -> str:
     if o.status == 500 or b"internal gateway error" in o.body:
         return "internal error"
-    if o.status == 502 and not o.stream:
-        return "failed" if ERROR_SHAPES[o.client](orjson.loads(o.body)) else "error form"
+    if 400 <= o.status < 500 or o.status in (502, 503, 504):
+        return error_verdict(o)
     if o.status != 200:
         return f"status {o.status}"
     if not o.stream:
@@ -95,10 +113,12 @@ async def test_odd_worker_answers_are_answered_or_failed_in_the_clients_form(
     monkeypatch.setattr(observability, "log_bug", lambda rid, exc: bugs.append(exc))
     found = await outcomes(seed=17, count=600)
     verdicts = Counter((verdict(o), o.stream) for o in found)
-    wrong = [(verdict(o), o.line()[:600]) for o in found if verdict(o) not in ("ok", "failed")]
+    wrong = [(verdict(o), o.line()[:600]) for o in found
+             if verdict(o) not in ("ok", "failed", "refused")]
     assert wrong == [] and bugs == []
-    # both kinds of failure were met, and most odd values pass as the real servers' do
+    # every kind of outcome was met, and most odd values pass as the real servers' do
     assert verdicts[("failed", False)] >= 10 and verdicts[("failed", True)] >= 30
+    assert verdicts[("refused", False)] >= 10 and verdicts[("refused", True)] >= 10
     assert verdicts[("ok", True)] + verdicts[("ok", False)] > len(found) // 2
     assert {o.kind for o in found} == {"vllm", "openai", "trtllm", "triton", "tgi"}
     assert {o.client for o in found} == set(harness.CLIENTS)
@@ -117,5 +137,9 @@ def test_the_verdicts_tell_a_failure_from_a_broken_stream() -> None:
         .startswith("unended")
     assert stream_verdict("lmi_inputs", b'{"token":{}}\n').startswith("unended")
     assert verdict(Outcome(0, "vllm", "tgi", False, 500, b"{}")) == "internal error"
+    assert verdict(Outcome(0, "vllm", "tgi", False, 422, b'{"error":"x","error_type":"v"}')) \
+        == "refused"
+    assert verdict(Outcome(0, "vllm", "lmi_chat", False, 424, b'{"error":"x","code":400}')) \
+        == "error form 424"
     with pytest.raises(orjson.JSONDecodeError):
         stream_verdict("openai_chat", b"data: {cut\n\n")
