@@ -74,9 +74,44 @@ def spoil_value(node: Any, rng: random.Random) -> Any:
     return rng.choice(ODD)
 
 
+# How a worker may frame the same events otherwise (the first five are still right: SSE's
+# CRLF, comments, extra fields and BOM, and reads cut anywhere), or wrongly.
+FRAMINGS = ("crlf", "comment", "fields", "bom", "cut reads", "cut short", "no end", "garbage",
+            "twice")
+
+
+def reframe(body: bytes, rng: random.Random, how: str | None = None) -> list[bytes]:
+    """The worker's answer framed one odd way (`how`, else drawn), in parts cut at random
+    bytes."""
+    how = how or rng.choice(FRAMINGS)
+    if how == "crlf":
+        body = body.replace(b"\n", b"\r\n")
+    elif how == "comment":
+        body = body.replace(b"\n\n", b"\n\n: ping\n\n", rng.randint(1, 3))
+    elif how == "fields":
+        body = body.replace(b"data:", b"event: message\nid: 7\nretry: 10\ndata:", 2)
+    elif how == "bom":
+        body = b"\xef\xbb\xbf" + body
+    elif how == "cut short":
+        body = body[:rng.randrange(len(body) + 1)]
+    elif how == "no end":
+        body = body.rstrip(b"\n").rpartition(b"\n")[0]
+    elif how == "garbage":
+        at = body.find(b"\n\n") + 2 if b"\n\n" in body else len(body)
+        body = body[:at] + rng.choice((b"data: {cut\n\n", b"{cut\n", b"\x00\xff\n\n",
+                                       b"data: [DONE]\n\n", b"\n\n\n")) + body[at:]
+    elif how == "twice":
+        first = body.split(b"\n\n", 1)[0] + b"\n\n"
+        body = first + body
+    cuts = sorted(rng.sample(range(1, len(body)), max(0, min(len(body) - 1, rng.randint(0, 6)))))
+    return [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+
+
 def spoil(body: bytes, rng: random.Random) -> list[bytes]:
     """The worker's answer as the parts it is sent in (one an event), one or two of its JSON
-    events spoiled (json.dumps: orjson cannot write 2**70)."""
+    events spoiled (json.dumps: orjson cannot write 2**70), or framed oddly (a third)."""
+    if rng.random() < 0.33:
+        return reframe(body, rng)
     events = body.split(b"\n")
     found = [i for i, line in enumerate(events) if EVENT.match(line)]
     for i in rng.sample(found, min(len(found), rng.choice((1, 1, 2)))):
@@ -98,6 +133,7 @@ class OddWorker:
         self.fake = httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_app(kind)),
                                       base_url="http://fake", timeout=20)
         self.rng = random.Random(0)
+        self.framing: str | None = None  # each answer framed this way, right values
         self.server: asyncio.Server | None = None
         self.open: set[asyncio.StreamWriter] = set()
 
@@ -138,7 +174,9 @@ class OddWorker:
         status, ctype = r.status_code, r.headers.get("content-type", "application/json")
         parts = [r.content]
         if method == "POST" and status == 200:
-            if self.rng.random() < 0.2:  # refused or failed, with an odd error body
+            if self.framing is not None:
+                parts = reframe(r.content, self.rng, self.framing)
+            elif self.rng.random() < 0.2:  # refused or failed, with an odd error body
                 status, ctype = self.rng.choice(ERROR_STATUSES), "application/json"
                 parts = [self.rng.choice(NOT_JSON) if self.rng.random() < 0.2 else json.dumps(
                     spoil_value(ERRORS[self.kind], self.rng)).encode()]
@@ -175,11 +213,13 @@ class Outcome:
                 f"{self.status} {seen!r}")
 
 
-async def outcomes(seed: int, count: int) -> list[Outcome]:
-    """`count` cases drawn from `seed`, spread over the worker kinds, in case order."""
+async def outcomes(seed: int, count: int, framing: str | None = None) -> list[Outcome]:
+    """`count` cases drawn from `seed`, spread over the worker kinds, in case order; with
+    `framing`, every answer is right but framed that way."""
     found: list[Outcome] = []
     for k, kind in enumerate(KINDS):
         worker = OddWorker(kind)
+        worker.framing = framing
         app = gateway_app.build_app(gateway_config(kind, await worker.start()))
         try:
             async with app.router.lifespan_context(app), httpx.AsyncClient(

@@ -124,6 +124,16 @@ async def test_odd_worker_answers_are_answered_or_failed_in_the_clients_form(
     assert {o.client for o in found} == set(harness.CLIENTS)
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("framing", ["crlf", "comment", "fields", "bom", "cut reads"])
+async def test_right_answers_framed_otherwise_are_answered_as_usual(framing: str) -> None:
+    """SSE's CRLF line ends, comments, `event`/`id`/`retry` fields and a leading BOM (WHATWG
+    HTML 9.2.6), a whole answer's BOM (RFC 8259 8.1), and reads cut at any byte: every
+    worker kind, every client protocol, answered."""
+    found = await outcomes(seed=3, count=130, framing=framing)
+    assert [o.line()[:400] for o in found if verdict(o) != "ok"] == []
+
+
 def test_the_verdicts_tell_a_failure_from_a_broken_stream() -> None:
     done = b'data: {"choices":[]}\n\ndata: [DONE]\n\n'
     failed = b'data: {"error":{"message":"m","type":"t","param":null,"code":"c"}}\n\n' \

@@ -73,6 +73,21 @@ def test_a_whole_body_of_the_wrong_shape_is_the_workers_malformed_answer(body: b
         dec.close()
 
 
+@pytest.mark.parametrize("bom", [b"\xef\xbb\xbf", b""])
+def test_a_whole_answer_after_a_byte_order_mark_reads_as_without(bom: bytes) -> None:
+    """RFC 8259 section 8.1: a JSON parser may ignore a leading BOM; Python's json and httpx's
+    `Response.json()`, which the OpenAI SDK reads a worker with directly, do. Twice is too
+    many, as for them."""
+    body = b'{"choices":[{"index":0,"message":{"content":"a"},"finish_reason":"stop"}]}'
+    dec = openai_decode.OpenAIDecoder(True, False)
+    dec.feed(bom + body)
+    assert dec.close() == [ev.TextDelta(0, "a"), ev.Finish(0, "eos")]
+    twice = openai_decode.OpenAIDecoder(True, False)
+    twice.feed(b"\xef\xbb\xbf\xef\xbb\xbf" + body)
+    with pytest.raises(errors.UpstreamBroken, match="malformed JSON"):
+        twice.close()
+
+
 def test_a_tgi_whole_answer_whose_finish_reason_is_no_string_is_malformed() -> None:
     dec = tgi_decode.TgiWholeDecoder([], False, False, None, 1)
     dec.feed(b'{"generated_text":"a","details":{"finish_reason":2,"generated_tokens":1}}')
