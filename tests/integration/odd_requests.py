@@ -1,6 +1,8 @@
 """Requests whose fields hold odd values (wrong types, out-of-range and huge numbers, empty,
-nested and long values, unknown roles), drawn from a seed, for every client protocol's routes:
-for comparing two gateways answer by answer."""
+nested and long values, unknown roles), some with odd headers (media types, encodings,
+request ids that are long, empty or not ASCII, credentials, origins) or query strings, drawn
+from a seed, for every client protocol's routes: for comparing two gateways answer by
+answer."""
 
 from __future__ import annotations
 
@@ -44,7 +46,24 @@ ROUTES: list[tuple[str, dict[str, Any], list[str]]] = [
 ]
 
 
-def odd_requests(seed: int, count: int) -> list[tuple[str, dict[str, Any]]]:
+HEADERS: list[dict[str, str | bytes]] = [
+    {"content-type": "text/plain"}, {"content-type": "application/json; charset=utf-8"},
+    {"content-type": "application/x-www-form-urlencoded"}, {"content-type": ""},
+    {"accept": "text/event-stream"}, {"accept": "application/jsonlines"},
+    {"accept": "application/json"}, {"accept": "*/*;q=0"},
+    {"x-request-id": "r" * 300}, {"x-request-id": ""}, {"x-request-id": b"\xc3\xa9\xff"},
+    {"content-encoding": "gzip"}, {"content-encoding": "identity"},
+    {"content-encoding": "br, gzip"}, {"content-encoding": "zstd"},
+    {"authorization": "Bearer nope"}, {"authorization": "Basic Zm9vOmJhcg=="},
+    {"authorization": ""}, {"x-opaque-id": "o" * 100}, {"origin": "http://example.test"},
+    {"x-amzn-sagemaker-custom-attributes": "a=1"}, {"x-amzn-sagemaker-target-variant": "v"},
+]
+QUERIES = ["?stream=true", "?adapter=x", "?a=%ff%fe", "?" + "q" * 3000, "?&&==",
+           "?filter_path=x&pretty", "?timeout=1s&error_trace=true"]
+
+
+def odd_requests(seed: int, count: int) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(path with any query, JSON body, headers) for each of `count` requests."""
     rng = random.Random(seed)
     drawn = []
     for _ in range(count):
@@ -52,7 +71,13 @@ def odd_requests(seed: int, count: int) -> list[tuple[str, dict[str, Any]]]:
         body = copy.deepcopy(valid)
         for _ in range(rng.choice((1, 1, 2, 3))):
             spoil(body, rng.choice(fields), rng)
-        drawn.append((path, body))
+        headers: dict[str, Any] = {}
+        if rng.random() < 0.3:
+            for _ in range(rng.choice((1, 1, 2))):
+                headers.update(rng.choice(HEADERS))
+        if rng.random() < 0.1:
+            path += rng.choice(QUERIES)
+        drawn.append((path, body, headers))
     return drawn
 
 

@@ -141,9 +141,9 @@ RUN_COMPILED = ("import sys, gateway.serving as m\n"
 def test_the_compiled_gateway_answers_odd_requests_as_the_pure_one(
         build: Path, tmp_path: Path) -> None:
     """The HTTP surface, side by side: requests with odd values in every protocol's fields
-    (wrong types, huge numbers, empty and nested values) to a pure and a compiled gateway in
-    front of one simulator get the same status, and the same bytes for every error, and
-    neither answers 5xx. A compiled module checks its declared types at run time, so an odd
+    (wrong types, huge numbers, empty and nested values), some with odd headers or query
+    strings, to a pure and a compiled gateway in front of one simulator get the same status
+    and media type, and the same bytes for every error, and neither answers 5xx. A compiled module checks its declared types at run time, so an odd
     value the pure build turns into a 4xx could end as an internal error there instead."""
     sim, sim_url = procs.simulator(tmp_path, "--tokens", "4")
     config = tmp_path / "gateway.yaml"
@@ -162,16 +162,20 @@ def test_the_compiled_gateway_answers_odd_requests_as_the_pure_one(
             proc.wait_http(f"http://127.0.0.1:{port}/health", timeout=30)
         statuses: set[int] = set()
         with httpx.Client(timeout=30) as client:
-            for path, body in odd_requests(seed=17, count=1000):
+            for path, body, headers in odd_requests(seed=17, count=1000):
                 pure_answer, compiled_answer = (
-                    client.post(f"http://127.0.0.1:{port}{path}", json=body) for port in ports)
-                case = f"{path} {body!r:.400}"
+                    client.post(f"http://127.0.0.1:{port}{path}", json=body, headers=headers)
+                    for port in ports)
+                case = f"{path:.200} {headers!r:.200} {body!r:.400}"
                 assert pure_answer.status_code == compiled_answer.status_code, case
                 assert pure_answer.status_code < 500, case
+                assert pure_answer.headers.get("content-type") == \
+                    compiled_answer.headers.get("content-type"), case
                 if pure_answer.status_code >= 400:
                     assert pure_answer.content == compiled_answer.content, case
                 statuses.add(pure_answer.status_code)
-        assert 200 in statuses and {400, 422} <= statuses  # both kinds of answer were compared
+        # both kinds of answer were compared, and the headers' refusals
+        assert 200 in statuses and {400, 415, 422} <= statuses
     finally:
         for proc in (pure, compiled, sim):
             proc.stop()
