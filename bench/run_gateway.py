@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from gateway import app as gateway_app
-from gateway import config, http1, observability, upstream, upstream_clients
+from gateway import config, http1, observability, processes, upstream, upstream_clients
 
 
 def http1_factory(cfg: config.Config) -> upstream.UpstreamClient:
@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None})
     cfg = cfg.model_copy(update={"server": server})
     observability.configure("warning" if args.quiet else "info")
+    processes.tune_collector()  # as `gateway serve` does
     app = gateway_app.build_app(cfg, client_factory=CLIENTS[args.client])
 
     if args.server == "granian":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import signal
 import sys
@@ -166,9 +165,7 @@ def serve(args: argparse.Namespace) -> int:
     if clashes := _own_port_clashes(cfg):  # known only once the flags are in
         _log_report(source, clashes, [])
         return 1
-    # Fewer young-generation collections: a request allocates many short-lived containers
-    # (the benchmark's profile showed the collector at 5% of the gateway's CPU).
-    gc.set_threshold(20_000, 20, 20)
+    processes.tune_collector()
     count = processes.count(server.workers)
     log.info("start", host=server.host, port=server.port, models=[m.name for m in cfg.models],
              version=version.version(), processes=count,

@@ -108,6 +108,13 @@ def raise_open_files_limit() -> int:
     return soft
 
 
+def tune_collector() -> None:
+    """Fewer young-generation collections, in every serving process (and the benchmark's):
+    a request allocates many short-lived containers (the benchmark's profile once showed the
+    collector at 5 % of the gateway's CPU), and leaves no cycle for it (bench/RESULTS.md §20)."""
+    gc.set_threshold(20_000, 20, 20)
+
+
 def server(app: Any, cfg: config.ServerConfig) -> listener.Server:
     """The server of every serving process: the gateway's own (gateway.http_server, on
     uvloop; see README, Performance)."""
@@ -315,7 +322,7 @@ def run_child(raw: dict[str, Any], sock: socket.socket, log_level: str, shared: 
     observability.configure(log_level)
     # every log line of this process names it: which process served a request
     structlog.contextvars.bind_contextvars(pid=os.getpid())
-    gc.set_threshold(20_000, 20, 20)  # as in cli.serve
+    tune_collector()
     application = app.build_app(cfg, traces=tracing.from_env(cfg.server.tracing, os.environ),
                                 manage_workers=False, shared=shared, slot=slot)
     raise SystemExit(server(application, cfg.server).run(sockets=[sock]))
