@@ -100,6 +100,8 @@ class SseDecoder:
             self._data.append(value)
         elif name == b"event" or name == b"\xef\xbb\xbfevent":
             self._event = value
+        elif name == b"\xef\xbb\xbfdata":  # a stream's first line, after its BOM (WHATWG: the
+            self._data.append(value)  # decoder strips it), is a field like any other
 
     def close(self) -> list[tuple[bytes, bytes]]:
         """Flush an event the peer did not terminate with a blank line."""

@@ -155,11 +155,14 @@ class TgiWholeDecoder(decoder.FramedDecoder):
         details = obj.get("details") or {}
         prefill = details.get("prefill") or []
         if prefill:  # PrefillToken: the first prompt token has a text but no logprob (NaN,
-            # written null: flash_causal_lm.py generate_token, `request_prefill_logprobs`)
+            # written null: flash_causal_lm.py generate_token, `request_prefill_logprobs`):
+            # none, as vLLM's first prompt logprob is (not -inf, which LMI's json.dumps-shaped
+            # lines would write as -Infinity, no JSON)
             ids = [checked.integer(t.get("id"), "a prompt token's id") for t in prefill]
             out.append(ev.PromptInfo(0, ids, [
-                ev.TokenLogprob(str(t.get("text") or ""), _logprob(t.get("logprob")), None,
-                                tid) for t, tid in zip(prefill, ids, strict=True)]))
+                ev.TokenLogprob(str(t.get("text") or ""), None if (lp := t.get("logprob")) is None
+                                else _logprob(lp), None, tid)
+                for t, tid in zip(prefill, ids, strict=True)]))
         seqs = [(obj["generated_text"], details)]
         seqs += [(s.get("generated_text") or "", s)
                  for s in details.get("best_of_sequences") or []][:max(self._n, 1) - 1]

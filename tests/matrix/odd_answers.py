@@ -48,6 +48,27 @@ ERRORS: dict[str, Any] = {
 }
 ERROR_STATUSES = (400, 404, 413, 422, 424, 429, 500, 503)
 NOT_JSON = (b"", b"<html><body>502 Bad Gateway</body></html>", b"null", b"{", b"\xff\xfe")
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+NAMED = {"type": "function", "function": {"name": "f"}}
+# What a request may ask for besides text, by client protocol, so that the worker's answer
+# holds log probs, several choices, tool calls, token details (a body's top-level keys, or
+# `parameters`' for TGI and LMI `inputs`); a worker kind that cannot give it refuses (a 4xx).
+OPTIONS: dict[str, list[dict[str, Any]]] = {
+    "openai_chat": [{"logprobs": True, "top_logprobs": 2}, {"n": 2}, {"stop": [" the"]},
+                    {"tools": TOOLS, "tool_choice": NAMED}, {"tools": TOOLS},
+                    {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}],
+    "openai_completions": [{"logprobs": 2}, {"n": 2}, {"echo": True}, {"stop": [" the"]},
+                           {"stream_options": {"include_usage": True}}],
+    "lmi_chat": [{"logprobs": True, "top_logprobs": 2}, {"n": 2},
+                 {"tools": TOOLS, "tool_choice": NAMED}],
+    "lmi_inputs": [{"details": True}, {"details": True, "top_n_tokens": 2},
+                   {"decoder_input_details": True, "details": True}, {"stop": [" the"]}],
+    "tgi": [{"details": True}, {"top_n_tokens": 2, "details": True},
+            {"decoder_input_details": True, "details": True}, {"stop": [" the"]}],
+    "elastic_chat": [{"tools": TOOLS, "tool_choice": NAMED}, {"stop": [" the"]}],
+    "elastic_completion": [],
+}
 # a JSON event on its own line: SSE's `data:` (with or without its space) or a JSON line
 EVENT = re.compile(rb"^(data: ?)?(\{.*\})$")
 # what differs between two runs of the same case: ids, times, the gateway's request ids
@@ -84,6 +105,8 @@ def reframe(body: bytes, rng: random.Random, how: str | None = None) -> list[byt
     """The worker's answer framed one odd way (`how`, else drawn), in parts cut at random
     bytes."""
     how = how or rng.choice(FRAMINGS)
+    if how == "plain":  # as the worker framed it, in one read
+        return [body]
     if how == "crlf":
         body = body.replace(b"\n", b"\r\n")
     elif how == "comment":
@@ -230,6 +253,9 @@ async def outcomes(seed: int, count: int, framing: str | None = None) -> list[Ou
                     client, stream = rng.choice(CASES)
                     worker.rng = rng
                     path, body = harness.CLIENTS[client][0](stream)
+                    if OPTIONS[client] and rng.random() < 0.4:
+                        asked = rng.choice(OPTIONS[client])
+                        (body["parameters"] if "parameters" in body else body).update(asked)
                     r = await gw.post(path, content=json.dumps(body).encode(),
                                       headers={"content-type": "application/json"})
                     found.append(Outcome(i, kind, client, stream, r.status_code, r.content))

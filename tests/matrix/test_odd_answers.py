@@ -62,9 +62,11 @@ def stream_verdict(client: str, body: bytes) -> str:
         return "ok" if finishes or "generated_text" in last else f"unended: {last}"
     events = sse_events(body)
     name, last = events[-1]
-    if client == "tgi":  # TGI: the error is the last event, with no [DONE]
+    if client == "tgi":  # TGI: the error is the last event, with no [DONE]; a refusal too
         if "error" in last:
-            return "failed" if set(last) == {"error", "error_type"} else f"error form: {last}"
+            if set(last) != {"error", "error_type"}:
+                return f"error form: {last}"
+            return "refused" if last["error_type"] == "validation" else "failed"
         return "ok" if last.get("generated_text") is not None else f"unended: {last}"
     if client.startswith("elastic"):  # Elasticsearch: `event: error`, the stream's last
         if name == "error":
@@ -129,9 +131,16 @@ async def test_odd_worker_answers_are_answered_or_failed_in_the_clients_form(
 async def test_right_answers_framed_otherwise_are_answered_as_usual(framing: str) -> None:
     """SSE's CRLF line ends, comments, `event`/`id`/`retry` fields and a leading BOM (WHATWG
     HTML 9.2.6), a whole answer's BOM (RFC 8259 8.1), and reads cut at any byte: every
-    worker kind, every client protocol, answered."""
+    worker kind, every client protocol, answered, log probs, tool calls and several choices
+    too."""
     found = await outcomes(seed=3, count=130, framing=framing)
-    assert [o.line()[:400] for o in found if verdict(o) != "ok"] == []
+    plain = await outcomes(seed=3, count=130, framing="plain")
+    # (what a worker kind cannot give, asked for by name, is refused before any answer)
+    assert [o.line()[:400] for o in found if verdict(o) not in ("ok", "refused")] == []
+    assert sum(verdict(o) == "ok" for o in found) > 100
+    # and each the same bytes as the worker's own framing gives: not an event lost
+    assert [(a.line()[:300], b.line()[:300]) for a, b in zip(found, plain, strict=True)
+            if a.line() != b.line()] == []
 
 
 def test_the_verdicts_tell_a_failure_from_a_broken_stream() -> None:
@@ -143,6 +152,8 @@ def test_the_verdicts_tell_a_failure_from_a_broken_stream() -> None:
     assert stream_verdict("openai_chat", b'data: {"choices":[]}\n\n').startswith("unended")
     assert stream_verdict("elastic_chat", b'event: error\ndata: {"error":{}}\n\n') == "failed"
     assert stream_verdict("tgi", b'data: {"error":"x","error_type":"generation"}\n\n') == "failed"
+    assert stream_verdict("tgi", b'data: {"error":"x","error_type":"validation"}\n\n') \
+        == "refused"
     assert stream_verdict("tgi", b'data: {"token":{},"generated_text":null}\n\n') \
         .startswith("unended")
     assert stream_verdict("lmi_inputs", b'{"token":{}}\n').startswith("unended")

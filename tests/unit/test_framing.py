@@ -29,6 +29,18 @@ def test_any_chunking_gives_the_same_events(cuts: list[int]) -> None:
     assert got == EVENTS
 
 
+@given(st.lists(st.integers(0, 40), max_size=4))
+def test_a_stream_that_opens_with_a_bom_keeps_its_first_event(cuts: list[int]) -> None:
+    """WHATWG HTML 9.2.6: the stream's decoder strips one leading BOM, so its first line is
+    a `data:` field like any other. It once read as a field named BOM + `data` and was
+    dropped: a TGI stream lost its first token, a chat stream its tool call's name."""
+    body = b'\xef\xbb\xbfdata: {"token":1}\n\ndata: {"token":2}\n\n'
+    dec = framing.SseDecoder()
+    points = sorted({0, len(body), *(c for c in cuts if c <= len(body))})
+    got = [e for a, b in zip(points, points[1:]) for e in dec.feed(body[a:b])] + dec.close()
+    assert got == [(b"message", b'{"token":1}'), (b"message", b'{"token":2}')]
+
+
 def test_named_events_and_unterminated_tail() -> None:
     dec = framing.SseDecoder()
     assert dec.feed(b"event: error\ndata: {}\n\ndata: tail") == [(b"error", b"{}")]

@@ -190,8 +190,9 @@ def test_whole_generate_with_prefill_and_best_of() -> None:
     dec = tgi_decode.TgiWholeDecoder(["."], False, True, None, 2)
     events = dec.feed(orjson.dumps(body)) + dec.close()
     # The first prompt token keeps its text; its logprob is NaN, which serde writes null
-    # (flash_causal_lm.py generate_token, `request_prefill_logprobs`).
-    assert events[0] == ev.PromptInfo(0, [1, 9], [ev.TokenLogprob("<s>", float("-inf"), None, 1),
+    # (flash_causal_lm.py generate_token, `request_prefill_logprobs`): none, as vLLM's first
+    # prompt logprob is (an LMI client's `prefill` then says null from either worker)
+    assert events[0] == ev.PromptInfo(0, [1, 9], [ev.TokenLogprob("<s>", None, None, 1),
                                                   ev.TokenLogprob("Hi", -2.5, None, 9)])
     texts = {e.choice: e for e in events if isinstance(e, ev.TextDelta)}
     assert texts[0].text == " The answer" and texts[0].token_ids == [415, 4372, 28723]
