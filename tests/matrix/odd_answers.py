@@ -32,7 +32,7 @@ from tests.fakes import tgi_fake, triton_fake, trtllm_fake
 from tests.integration.odd_requests import ODD
 from tests.matrix import harness
 
-KINDS = ("vllm", "openai", "trtllm", "triton", "tgi")
+KINDS = ("vllm", "openai", "trtllm", "triton", "tgi", "triton-legacy")
 CASES = [(client, stream) for client, (_, _, modes) in harness.CLIENTS.items()
          for stream in modes]
 # Each kind's own error body (wire-formats.md): vLLM's nested ErrorResponse (and any OpenAI
@@ -44,6 +44,7 @@ ERRORS: dict[str, Any] = {
     "trtllm": {"object": "error", "message": "m", "type": "BadRequestError", "param": None,
                "code": 400},
     "triton": {"error": "m"},
+    "triton-legacy": {"error": "m"},
     "tgi": {"error": "m", "error_type": "validation"},
 }
 ERROR_STATUSES = (400, 404, 413, 422, 424, 429, 500, 503)
@@ -79,6 +80,8 @@ VOLATILE = re.compile(rb'("(?:id|system_fingerprint)": ?)"[^"]*"|("created": ?)[
 def fake_app(kind: str) -> Any:
     if kind in ("vllm", "openai"):
         return server.build_app(settings.SimulatorSettings(tokens=6))
+    if kind == "triton-legacy":  # a 2024-era ensemble's outputs (tests/fakes/triton_fake.py)
+        return triton_fake.app(shape="legacy")
     return {"trtllm": trtllm_fake.app, "triton": triton_fake.app, "tgi": tgi_fake.app}[kind]()
 
 
@@ -211,6 +214,7 @@ class OddWorker:
 
 
 def gateway_config(kind: str, url: str) -> config.Config:
+    kind = kind.removesuffix("-legacy")
     backend = harness.KINDS[kind][0]
     model: dict[str, Any] = {"name": "m", "backend": backend, "upstreams": [url],
                              "upstream_model": "ensemble" if kind == "triton" else "org/m"}

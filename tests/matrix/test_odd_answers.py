@@ -122,7 +122,8 @@ async def test_odd_worker_answers_are_answered_or_failed_in_the_clients_form(
     assert verdicts[("failed", False)] >= 10 and verdicts[("failed", True)] >= 30
     assert verdicts[("refused", False)] >= 10 and verdicts[("refused", True)] >= 10
     assert verdicts[("ok", True)] + verdicts[("ok", False)] > len(found) // 2
-    assert {o.kind for o in found} == {"vllm", "openai", "trtllm", "triton", "tgi"}
+    assert {o.kind for o in found} == {"vllm", "openai", "trtllm", "triton", "tgi",
+                                        "triton-legacy"}
     assert {o.client for o in found} == set(harness.CLIENTS)
 
 
