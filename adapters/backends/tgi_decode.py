@@ -25,11 +25,15 @@ _FINISH: dict[str, ev.FinishReason] = {"length": "length", "eos_token": "eos",
 _VALIDATION = "Input validation error: "  # InferError::ValidationError's prefix
 
 
+# InferError kinds that are the request's fault (server.rs: 422)
+_CLIENT_KINDS = ("validation", "template_error", "missing_template_variable", "tool_error")
+
+
 def classify(message: str, kind: str) -> errors.GatewayError:
     """An InferError by its `error_type`: the client's fault (validation, template, tools: TGI
     answers 422) is passed on, an overloaded worker may be replaced by another one (429),
     anything else is a failed generation."""
-    if kind in ("validation", "template_error", "missing_template_variable", "tool_error"):
+    if kind in _CLIENT_KINDS:
         text = message[len(_VALIDATION):] if message.startswith(_VALIDATION) else message
         return errors.UpstreamRejected(text, status=422)
     if kind == "overloaded":
@@ -60,9 +64,14 @@ def http_error(status: int, body: bytes) -> errors.GatewayError:
         return errors.UpstreamUnavailable(message, status=503 if status == 503 else 502)
     if status == 429 or kind == "overloaded":
         return errors.UpstreamUnavailable(message, status=429)
-    if status == 424 or kind == "generation":
-        return errors.UpstreamBroken(f"the worker failed: {message}")
-    return classify(message, kind) if kind else errors.UpstreamRejected(message, status=status)
+    if status == 424 or kind == "generation":  # the worker failed (SPEC.md: before the first
+        # byte, asked of another upstream; a 502 where none does better), as an in-band
+        # generation error before the first token is (gateway.pipeline `_first`)
+        return errors.UpstreamUnavailable(f"the worker failed: {message}", status=502)
+    # another 4xx is the request's fault whatever else its body says (an error_type TGI does
+    # not write is no generation failure)
+    return classify(message, kind) if kind in _CLIENT_KINDS \
+        else errors.UpstreamRejected(message, status=status)
 
 
 def _logprob(value: Any) -> float:

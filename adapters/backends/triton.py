@@ -235,12 +235,16 @@ class TritonBackend:
 
     def parse_error(self, status: int, body: bytes) -> errors.GatewayError:
         """http_server.cc HttpCodeFromError: 400 invalid argument, 404 unknown model (another
-        upstream may have it), 500 internal, 501 unsupported, 503 unavailable."""
+        upstream may have it), 500 internal, 501 unsupported, 503 unavailable. Triton writes no
+        429 itself; a rate limit in front of it does: that worker is busy, and another upstream
+        may take the request, as with the other backends (openai.py, tgi_decode.py)."""
         message = triton_decode.error_message(body) or f"the worker answered HTTP {status}"
         detail = body[:500].decode("utf-8", "replace")  # for the log line only
         if status >= 500 or status == 404:
             return errors.UpstreamUnavailable(message, status=503 if status in (404, 503)
                                               else 502, detail=detail)
+        if status == 429:
+            return errors.UpstreamUnavailable(message, status=429, detail=detail)
         return errors.UpstreamRejected(message, status=status, detail=detail)
 
     def health_path(self) -> str:

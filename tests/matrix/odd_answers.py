@@ -10,7 +10,7 @@ in front of it is `gateway serve`'s own app, with its own upstream client (gatew
 module prints when run, so that two builds of the gateway (pure and compiled,
 tests/integration/test_compiled_build.py) can be compared answer by answer.
 
-    python -m tests.matrix.odd_answers SEED COUNT
+    python -m tests.matrix.odd_answers SEED COUNT [spare]
 """
 
 from __future__ import annotations
@@ -213,10 +213,10 @@ class OddWorker:
             + b"0\r\n\r\n"
 
 
-def gateway_config(kind: str, url: str) -> config.Config:
+def gateway_config(kind: str, *urls: str) -> config.Config:
     kind = kind.removesuffix("-legacy")
     backend = harness.KINDS[kind][0]
-    model: dict[str, Any] = {"name": "m", "backend": backend, "upstreams": [url],
+    model: dict[str, Any] = {"name": "m", "backend": backend, "upstreams": list(urls),
                              "upstream_model": "ensemble" if kind == "triton" else "org/m"}
     if kind == "triton":
         model["chat_template"] = harness.TEMPLATE
@@ -240,14 +240,18 @@ class Outcome:
                 f"{self.status} {seen!r}")
 
 
-async def outcomes(seed: int, count: int, framing: str | None = None) -> list[Outcome]:
+async def outcomes(seed: int, count: int, framing: str | None = None,
+                   spare: bool = False) -> list[Outcome]:
     """`count` cases drawn from `seed`, spread over the worker kinds, in case order; with
-    `framing`, every answer is right but framed that way."""
+    `framing`, every answer is right but framed that way; with `spare`, a second worker of
+    the kind answers rightly beside the odd one (the gateway retries, fails over and
+    continues streams on it)."""
     found: list[Outcome] = []
     for k, kind in enumerate(KINDS):
-        worker = OddWorker(kind)
-        worker.framing = framing
-        app = gateway_app.build_app(gateway_config(kind, await worker.start()))
+        worker, good = OddWorker(kind), OddWorker(kind)
+        worker.framing, good.framing = framing, "plain"
+        urls = [await worker.start()] + ([await good.start()] if spare else [])
+        app = gateway_app.build_app(gateway_config(kind, *urls))
         try:
             async with app.router.lifespan_context(app), httpx.AsyncClient(
                     transport=httpx.ASGITransport(app=app), base_url="http://gw",
@@ -265,9 +269,11 @@ async def outcomes(seed: int, count: int, framing: str | None = None) -> list[Ou
                     found.append(Outcome(i, kind, client, stream, r.status_code, r.content))
         finally:
             await worker.stop()
+            await good.stop()
     return sorted(found, key=lambda o: o.case)
 
 
 if __name__ == "__main__":
     observability.configure("critical")  # the lines are the output
-    print("\n".join(o.line() for o in asyncio.run(outcomes(int(sys.argv[1]), int(sys.argv[2])))))
+    found = asyncio.run(outcomes(int(sys.argv[1]), int(sys.argv[2]), spare="spare" in sys.argv))
+    print("\n".join(o.line() for o in found))

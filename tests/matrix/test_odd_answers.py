@@ -128,6 +128,25 @@ async def test_odd_worker_answers_are_answered_or_failed_in_the_clients_form(
 
 
 @pytest.mark.anyio
+async def test_with_a_spare_worker_no_failure_before_the_first_byte_reaches_the_client(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC.md: a worker refusing or failing before the first byte is retried on another
+    upstream. Beside the odd worker, a second of its kind answers rightly: a whole answer
+    is then never the odd one's failure, nor its 429 or 5xx (a 4xx of the request's own fault
+    is passed on); a stream fails only after its first byte, where it cannot be continued
+    (a tool call, or a worker that cannot continue a chat). That found a Triton 429 passed
+    on (the other backends retried it), a TGI 424 not retried, and a TGI 4xx whose
+    `error_type` TGI never writes answered as a 502."""
+    bugs: list[BaseException] = []
+    monkeypatch.setattr(observability, "log_bug", lambda rid, exc: bugs.append(exc))
+    found = await outcomes(seed=29, count=600, spare=True)
+    assert [o.line()[:400] for o in found if verdict(o) not in ("ok", "failed", "refused")
+            or (verdict(o) == "failed" and not o.stream) or o.status in (429, 502, 503, 504)
+            ] == []
+    assert bugs == [] and sum(verdict(o) == "ok" for o in found) > 450
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("framing", ["crlf", "comment", "fields", "bom", "cut reads"])
 async def test_right_answers_framed_otherwise_are_answered_as_usual(framing: str) -> None:
     """SSE's CRLF line ends, comments, `event`/`id`/`retry` fields and a leading BOM (WHATWG

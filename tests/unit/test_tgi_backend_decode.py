@@ -160,14 +160,19 @@ def test_unfinished_or_malformed_streams_are_upstream_broken(data: bytes, why: s
 @pytest.mark.parametrize(("status", "body", "kind", "out"), [
     (422, b'{"error":"Input validation error: `stop` supports up to 4 stop sequences. '
           b'Given: 5","error_type":"validation"}', errors.UpstreamRejected, 422),
+    # a failed generation before the first byte: asked of another upstream (SPEC.md)
     (424, b'{"error":"Request failed during generation: boom","error_type":"generation"}',
-     errors.UpstreamBroken, 502),
+     errors.UpstreamUnavailable, 502),
     (429, b'{"error":"Model is overloaded","error_type":"overloaded"}',
      errors.UpstreamUnavailable, 429),
     (500, b'{"error":"Incomplete generation","error_type":"incomplete_generation"}',
      errors.UpstreamUnavailable, 502),
     (422, b"Failed to deserialize the JSON body into the target type", errors.UpstreamRejected,
      422),
+    # a 4xx whose error_type TGI never writes: still the request's fault, passed on (it was
+    # "the worker failed", a 502, and not asked of another upstream either)
+    (400, b'{"error":"m","error_type":[[1]]}', errors.UpstreamRejected, 400),
+    (413, b'{"error":"m","error_type":"something_new"}', errors.UpstreamRejected, 413),
 ])
 def test_http_errors_before_the_first_byte(status: int, body: bytes,
                                            kind: type[errors.GatewayError], out: int) -> None:

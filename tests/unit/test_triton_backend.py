@@ -208,6 +208,9 @@ def test_tools_are_rendered_by_the_template_unless_tool_choice_is_none() -> None
      errors.UpstreamUnavailable, 503),
     (500, b'{"error":"internal"}', errors.UpstreamUnavailable, 502),
     (503, b'{"error":"busy"}', errors.UpstreamUnavailable, 503),
+    # a rate limit in front of the worker: another upstream is asked (the client gets the 429
+    # only where none takes it)
+    (429, b'{"error":"too many requests"}', errors.UpstreamUnavailable, 429),
     (400, b'data: {"error":"first response failed"}\n\n', errors.UpstreamRejected, 400),
 ])
 def test_worker_statuses_map_to_the_error_tree(status: int, body: bytes,
