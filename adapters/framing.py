@@ -14,6 +14,7 @@ from typing import Final
 SSE_DONE = b"data: [DONE]\n\n"
 CR: Final = 13  # b"\r", as a needle for `in`
 LF: Final = 10  # b"\n"
+BOM: Final = b"\xef\xbb\xbf"  # UTF-8's byte order mark
 
 
 def sse(data: bytes) -> bytes:
@@ -98,10 +99,11 @@ class SseDecoder:
             value = value[1:]
         if name == b"data":
             self._data.append(value)
-        elif name == b"event" or name == b"\xef\xbb\xbfevent":
+        elif name == b"event":
             self._event = value
-        elif name == b"\xef\xbb\xbfdata":  # a stream's first line, after its BOM (WHATWG: the
-            self._data.append(value)  # decoder strips it), is a field like any other
+        elif name[:3] == BOM and len(line) > 3:  # Elasticsearch writes one before every event,
+            self._line(line[3:])  # and a stream may open with one (WHATWG: the decoder strips
+            # it): the line after it is read as any other
 
     def close(self) -> list[tuple[bytes, bytes]]:
         """Flush an event the peer did not terminate with a blank line."""

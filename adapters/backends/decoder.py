@@ -30,7 +30,6 @@ Framing = Literal["sse", "lines", "whole"]
 # Final: the compiled build keeps it in a C static, where `orjson.loads` reads the module's
 # attribute once an event.
 _loads: Final = orjson.loads
-BOM: Final = b"\xef\xbb\xbf"  # UTF-8's byte order mark
 
 
 # Stand-ins for the reader a framing does not use (never fed: `feed` and `close` go by framing).
@@ -168,7 +167,7 @@ class FramedDecoder:
         # RFC 8259 section 8.1: a parser may ignore a leading byte order mark, as Python's
         # json and httpx's `Response.json()` (so the OpenAI SDK) do; orjson refuses it. Tried
         # only after a failed parse: a right answer pays nothing for it.
-        if body[:3] == BOM:
+        if body[:3] == framing.BOM:
             try:
                 return orjson.loads(body[3:])
             except orjson.JSONDecodeError:

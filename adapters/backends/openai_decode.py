@@ -209,8 +209,9 @@ class OpenAIDecoder(decoder.FramedDecoder):
             if not isinstance(c, dict):
                 raise TypeError(f"a choice is {type(c).__name__}, not an object")
             i = c.get("index", 0)
-            if type(i) is not int:  # a choice's index, as the compiled encoders read it
-                i = checked.integer(i, "a choice's index")  # (raises)
+            if type(i) is not int:  # a choice's index, as the compiled encoders read it (not
+                # a bool, which the pure build would write back as one)
+                raise TypeError(f"a choice's index is {type(i).__name__}, not an integer")
             if ended and i in ended:  # past its finish
                 continue
             if self._chat:

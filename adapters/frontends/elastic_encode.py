@@ -18,14 +18,14 @@ from typing import Any, Literal, assert_never
 
 import orjson
 
-from adapters import base
+from adapters import base, framing
 from adapters.frontends import openai_encode
 from schemas import canonical, errors
 from schemas import events as ev
 
 Framing = Literal["documented", "server"]
 
-BOM = "\ufeff".encode()  # ServerSentEventsRestActionListener's, before every event
+BOM = framing.BOM  # ServerSentEventsRestActionListener's, before every event
 # RestController.ELASTIC_PRODUCT_HTTP_HEADER: elasticsearch-py refuses a 2xx without it
 PRODUCT_HEADERS: Mapping[str, str] = MappingProxyType({"x-elastic-product": "Elasticsearch"})
 SSE_MEDIA_TYPE = "text/event-stream"  # ServerSentEventSpec.MIME_TYPE
