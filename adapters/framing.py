@@ -14,7 +14,7 @@ from typing import Final
 SSE_DONE = b"data: [DONE]\n\n"
 CR: Final = 13  # b"\r", as a needle for `in`
 LF: Final = 10  # b"\n"
-BOM: Final = b"\xef\xbb\xbf"  # UTF-8's byte order mark
+BOM: Final[bytes] = b"\xef\xbb\xbf"  # UTF-8's byte order mark
 
 
 def sse(data: bytes) -> bytes:

@@ -21,7 +21,7 @@ def parser() -> argparse.ArgumentParser:
     from simulator import worker
 
     p = argparse.ArgumentParser(prog="gateway", description=registry.SUMMARY)
-    p.add_argument("--version", action="version", version=f"gateway {version.version()}")
+    p.add_argument("--version", action="version", version=version.describe())
     sub = p.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the gateway",
@@ -168,7 +168,7 @@ def serve(args: argparse.Namespace) -> int:
     processes.tune_collector()
     count = processes.count(server.workers)
     log.info("start", host=server.host, port=server.port, models=[m.name for m in cfg.models],
-             version=version.version(), processes=count,
+             version=version.version(), build=version.build(), processes=count,
              open_files=processes.raise_open_files_limit())
     try:  # build_app reads chat_template files: it may find more errors
         application = app.build_app(cfg, traces=tracing.from_env(server.tracing, os.environ))

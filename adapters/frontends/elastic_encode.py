@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import MappingProxyType
-from typing import Any, Literal, assert_never
+from typing import Any, Final, Literal, assert_never
 
 import orjson
 
@@ -25,7 +25,7 @@ from schemas import events as ev
 
 Framing = Literal["documented", "server"]
 
-BOM = framing.BOM  # ServerSentEventsRestActionListener's, before every event
+BOM: Final[bytes] = framing.BOM  # ServerSentEventsRestActionListener's, before every event
 # RestController.ELASTIC_PRODUCT_HTTP_HEADER: elasticsearch-py refuses a 2xx without it
 PRODUCT_HEADERS: Mapping[str, str] = MappingProxyType({"x-elastic-product": "Elasticsearch"})
 SSE_MEDIA_TYPE = "text/event-stream"  # ServerSentEventSpec.MIME_TYPE

@@ -150,6 +150,7 @@ def test_every_line_is_json_with_lifecycle_events(run: Run) -> None:
     events = [r["event"] for r in records]
     order = [events.index(e) for e in ("start", "ready", "drain", "stop")]
     assert order == sorted(order), events
+    assert records[events.index("start")]["build"] in ("pure", "compiled")  # which one runs
     warned = records[events.index("config_warning")]
     assert warned["level"] == "warning" and "GATEWAY_SERVICE_HOST" in warned["message"]
     drain = records[events.index("drain")]
