@@ -47,6 +47,7 @@ COMPILED = [
     "gateway/serving.py",
     "gateway/telemetry.py",
     "gateway/whole.py",
+    "gateway/write_batch.py",
     "schemas/events.py",
 ]
 

@@ -19,7 +19,7 @@ import httptools
 from mypy_extensions import mypyc_attr
 
 from adapters import base
-from gateway import pump, upstream
+from gateway import pump, upstream, write_batch
 from schemas import errors
 
 HIGH_WATER = 1 << 16  # body bytes buffered before the socket is paused (aiohttp's 64 KiB)
@@ -37,6 +37,7 @@ class Connection(asyncio.Protocol):
         self.status = 0
         # held: on Python 3.11 each asyncio.get_running_loop() is a getpid() system call
         self.loop = asyncio.get_running_loop()
+        self.batch = write_batch.of(self.loop)
         self.head: asyncio.Future[None] = self.loop.create_future()
         self.chunks: list[bytes] = []
         self.buffered = 0
@@ -330,7 +331,7 @@ class Http1Client:
             try:
                 if conn.transport is None:  # closed as it opened: the worker going away
                     raise ConnectionError(conn.error or "the connection was closed")
-                conn.transport.write(wire)
+                conn.batch.write(conn.transport, wire)
                 await conn.head
                 return Http1Response(conn, self)
             except ConnectionError as exc:

@@ -32,7 +32,7 @@ from typing import Any, Protocol, cast
 
 import httptools
 
-from gateway import cors, deadline, observability
+from gateway import cors, deadline, observability, write_batch
 from gateway.http_cycle import Cycle, new_id, plain_response, routing_path
 
 Message = MutableMapping[str, Any]
@@ -83,6 +83,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: Host):
         self.server = server
         self.loop = asyncio.get_running_loop()
+        self.batch = write_batch.of(self.loop)
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.sockname: tuple[str, int] | None = None
@@ -326,12 +327,13 @@ class Connection(asyncio.Protocol):
 
     def write(self, data: bytes) -> bool:
         if self.transport is not None and not self._closed:
-            self.transport.write(data)
+            self.batch.write(self.transport, data)
         return self.writable
 
     def close(self) -> None:
         if self.transport is not None and not self._closed:
             self._closed = True
+            self.batch.flush(self.transport)
             self.transport.close()
 
     def pause_reading(self) -> None:
@@ -391,9 +393,7 @@ class Connection(asyncio.Protocol):
 
 
 def _address(addr: Any) -> tuple[str, int] | None:
-    if isinstance(addr, tuple) and len(addr) >= 2:
-        return str(addr[0]), int(addr[1])
-    return None
+    return (str(addr[0]), int(addr[1])) if isinstance(addr, tuple) and len(addr) >= 2 else None
 
 
 def _client(addr: tuple[str, int] | None) -> str | None:
