@@ -33,6 +33,18 @@ async def next_turn() -> None:
     await asyncio.sleep(0)
 
 
+async def holding() -> tuple[write_batch.WriteBatch, Transport, Transport]:
+    """A batch after a turn that wrote to two connections: the next turn's writes are held."""
+    batch = write_batch.of(asyncio.get_running_loop())
+    a, b = Transport(), Transport()
+    batch.write(a, b"1")  # type: ignore[arg-type]
+    batch.write(b, b"x")  # type: ignore[arg-type]
+    assert a.sent == [b"1"] and b.sent == [b"x"]  # that turn's own went straight out
+    await next_turn()
+    assert batch.holding
+    return batch, a, b
+
+
 def run(body):  # type: ignore[no-untyped-def]
     loop = asyncio.new_event_loop()
     try:
@@ -57,13 +69,7 @@ def test_one_connection_a_turn_writes_straight_through() -> None:
 
 def test_after_a_turn_with_two_connections_writes_are_held_one_turn_and_joined() -> None:
     async def body() -> None:
-        batch = write_batch.of(asyncio.get_running_loop())
-        a, b = Transport(), Transport()
-        batch.write(a, b"1")  # type: ignore[arg-type]
-        batch.write(b, b"x")  # type: ignore[arg-type]
-        assert a.sent == [b"1"] and b.sent == [b"x"]  # that turn's own went straight out
-        await next_turn()
-        assert batch.holding
+        batch, a, b = await holding()
         batch.write(a, b"2")  # type: ignore[arg-type]
         batch.write(b, b"y")  # type: ignore[arg-type]
         batch.write(a, b"3")  # type: ignore[arg-type]
@@ -76,11 +82,7 @@ def test_after_a_turn_with_two_connections_writes_are_held_one_turn_and_joined()
 
 def test_a_held_turn_with_one_connection_goes_back_to_straight_writes() -> None:
     async def body() -> None:
-        batch = write_batch.of(asyncio.get_running_loop())
-        a, b = Transport(), Transport()
-        batch.write(a, b"1")  # type: ignore[arg-type]
-        batch.write(b, b"x")  # type: ignore[arg-type]
-        await next_turn()
+        batch, a, b = await holding()
         batch.write(a, b"2")  # type: ignore[arg-type]
         await next_turn()
         assert a.sent == [b"1", b"2"] and not batch.holding
@@ -91,11 +93,8 @@ def test_a_held_turn_with_one_connection_goes_back_to_straight_writes() -> None:
 
 def test_a_closing_connection_sends_what_it_holds_first_and_a_gone_one_drops_it() -> None:
     async def body() -> None:
-        batch = write_batch.of(asyncio.get_running_loop())
-        a, b, c = Transport(), Transport(), Transport()
-        batch.write(a, b"1")  # type: ignore[arg-type]
-        batch.write(b, b"x")  # type: ignore[arg-type]
-        await next_turn()
+        batch, a, b = await holding()
+        c = Transport()
         batch.write(a, b"last answer")  # type: ignore[arg-type]
         batch.write(b, b"cancelled request")  # type: ignore[arg-type]
         batch.write(c, b"z")  # type: ignore[arg-type]
@@ -110,11 +109,7 @@ def test_a_closing_connection_sends_what_it_holds_first_and_a_gone_one_drops_it(
 
 def test_a_connection_whose_write_fails_is_aborted_and_the_others_still_sent() -> None:
     async def body() -> None:
-        batch = write_batch.of(asyncio.get_running_loop())
-        a, b = Transport(), Transport()
-        batch.write(a, b"1")  # type: ignore[arg-type]
-        batch.write(b, b"x")  # type: ignore[arg-type]
-        await next_turn()
+        batch, a, b = await holding()
         b.fails = True
         batch.write(b, b"y")  # type: ignore[arg-type]
         batch.write(a, b"2")  # type: ignore[arg-type]
