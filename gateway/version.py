@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.machinery
+import importlib.metadata
 
 from gateway import http1
 
