@@ -16,9 +16,9 @@ def version() -> str:
 
 
 def build() -> str:
-    """"compiled" where `pip install .` compiled the hot modules (setup.py's `COMPILED`, one
-    library: any of them tells), else "pure": the build falls back quietly where it cannot
-    compile, so the operator reads which one runs here."""
+    """`compiled` where `pip install .` compiled the hot modules (setup.py's `COMPILED`, one
+    library: any of them tells), else `pure`: the build falls back quietly where it cannot
+    compile, so the operator reads here which one runs."""
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     return "compiled" if (http1.__file__ or "").endswith(suffixes) else "pure"
 

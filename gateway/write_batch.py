@@ -4,9 +4,9 @@ turn's answers and worker requests leave together.
 uvloop already sends a turn's writes after that turn's reads (its check phase). Under load the
 gateway's writes still went out a few at a time, one turn's worth after another, each waking
 the process that reads them (the client, the worker) on another core: `perf` put a sixth of a
-whole answer's CPU in the kernel's wake-up of the reader (bench/RESULTS.md §29f, §31). Held one
+whole answer's CPU in the kernel's wake-up of the reader (bench/RESULTS.md §29f). Held one
 turn more, the writes of two turns' reads leave in one burst, whose readers are woken once:
-whole answers at 32 clients took a fifth less CPU each (§31). With one request at a time there
+whole answers at 32 clients took about a quarter less CPU each (§31c). With one request at a time there
 is nothing to gather and the turn more would be latency, so writes go straight through while
 the last turn wrote to one connection only; two or more, and they are held.
 
