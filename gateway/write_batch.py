@@ -6,9 +6,9 @@ gateway's writes still went out a few at a time, one turn's worth after another,
 the process that reads them (the client, the worker) on another core: `perf` put a sixth of a
 whole answer's CPU in the kernel's wake-up of the reader (bench/RESULTS.md §29f). Held one
 turn more, the writes of two turns' reads leave in one burst, whose readers are woken once:
-whole answers at 32 clients took about a quarter less CPU each (§31c). With one request at a time there
-is nothing to gather and the turn more would be latency, so writes go straight through while
-the last turn wrote to one connection only; two or more, and they are held.
+whole answers at 32 clients took about a quarter less CPU each (§31c). With one request at a
+time there is nothing to gather and the turn more would be latency, so writes go straight
+through while the last turn wrote to one connection only; two or more, and they are held.
 
 Order on a connection is kept: every write of the server's and the worker client's connections
 comes here, and a connection that closes sends what it holds first (`flush`). A connection
