@@ -96,9 +96,7 @@ def integers(value: Any, what: str) -> list[int] | None:
 def matched(value: Any) -> str | int | None:
     """A finish's stop string or stop token id; any other value (a bool, an integer no
     encoder can write) names none."""
-    if type(value) is str or (type(value) is int and INT_MIN <= value <= INT_MAX):
-        return value
-    return None
+    return value if type(value) is str else token_id(value)
 
 
 def token_id(value: Any) -> int | None:
