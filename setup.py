@@ -29,6 +29,7 @@ COMPILED = [
     "adapters/backends/decoder.py",
     "adapters/backends/openai_decode.py",
     "adapters/backends/params.py",
+    "adapters/backends/text_slot.py",
     "adapters/backends/tgi_decode.py",
     "adapters/backends/triton_decode.py",
     "adapters/frontends/elastic_encode.py",

@@ -60,6 +60,7 @@ class FramedDecoder:
         self._failure: errors.GatewayError | None = None
         self._spent = False
         self.failed = False  # a failure is held back for the next feed or close
+        self.fast = False  # each event goes to `on_payload` first
 
     # -- what a worker decoder supplies -------------------------------------------------------
 
@@ -69,6 +70,11 @@ class FramedDecoder:
 
     def on_done(self) -> None:
         """The `DONE` payload came."""
+
+    def on_payload(self, payload: bytes, out: list[ev.Event]) -> bool:
+        """An event read without parsing it all, where a worker decoder can (`fast`): True
+        when it was, else it is parsed and goes to `on_event`."""
+        return False
 
     def on_body(self, obj: Any, out: list[ev.Event]) -> None:
         """A whole (non-streaming) body, parsed: by default one event."""
@@ -140,10 +146,13 @@ class FramedDecoder:
         terminator is the one payload that is not JSON (as written, it is compared first: a
         failed orjson.loads costs about 4 us, its JSONDecodeError being built in Python)."""
         done = self.DONE
+        fast = self.fast
         try:
             for _, payload in events:
                 if payload == done:
                     self.on_done()
+                    continue
+                if fast and self.on_payload(payload, out):
                     continue
                 try:
                     obj = _loads(payload)

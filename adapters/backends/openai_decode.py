@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from adapters.backends import checked, decoder, error_text
+from adapters.backends import checked, decoder, error_text, text_slot
 from schemas import errors
 from schemas import events as ev
 
@@ -180,9 +180,26 @@ class OpenAIDecoder(decoder.FramedDecoder):
         self._ids: dict[tuple[int, int], Any] = {}
         self._names: dict[tuple[int, int], str] = {}
         self._calls: dict[int, dict[Any, int]] = {}  # per choice: the worker's call index -> ours
+        # A stream's text chunks read by their text alone, once one proved the slot (text_slot)
+        self.fast = streaming
+        self._slot: text_slot.TextSlot | None = None
+        self._payload = b""  # the event being parsed, while no slot is known
+        self._unproved = 0  # plain text chunks that gave no slot
 
     def on_done(self) -> None:
         self._done = True
+
+    def on_payload(self, payload: bytes, out: list[ev.Event]) -> bool:
+        slot = self._slot
+        if slot is None:
+            self._payload = payload
+            return False
+        text = slot.text(payload)
+        if text is None:
+            return False
+        if text and not (self._ended and slot.choice in self._ended):  # as `on_event` reads it
+            out.append(ev.TextDelta(slot.choice, text))
+        return True
 
     def on_end(self) -> list[ev.Event]:
         if self._framing == "whole":
@@ -205,6 +222,7 @@ class OpenAIDecoder(decoder.FramedDecoder):
         if "usage" in obj and (u := obj["usage"]):
             out.append(usage(u))
         ended = self._ended
+        before = len(out)
         for c in (obj["choices"] if "choices" in obj else None) or ():
             if not isinstance(c, dict):
                 raise TypeError(f"a choice is {type(c).__name__}, not an object")
@@ -218,6 +236,31 @@ class OpenAIDecoder(decoder.FramedDecoder):
                 self._chat_choice(c, i, c.get("delta"), out)
             else:
                 self._text_choice(c, i, out)
+        if self.fast and self._slot is None and len(out) == before + 1:
+            self._learn(obj, out[before])
+
+    def _learn(self, obj: dict[str, Any], e: ev.Event) -> None:
+        """The slot of a chunk whose one event is a text delta and nothing else: no usage, no
+        other choice, no role, token ids, logprobs or finish (text_slot). Two plain chunks
+        that give none (a worker's odd bytes) and the stream is read in full."""
+        if type(e) is not ev.TextDelta or e.token_ids is not None or e.logprobs is not None \
+                or obj.get("usage") or len(obj["choices"]) != 1:
+            return
+        c = obj["choices"][0]
+        if c.get("finish_reason") or c.get("logprobs") or c.get("token_ids") is not None:
+            return
+        if self._chat:
+            holder, field = c.get("delta"), "content"
+            if type(holder) is not dict or len(holder) != 1:
+                return
+        elif c.get("prompt_token_ids") is not None or c.get("prompt_logprobs") is not None:
+            return
+        else:
+            holder, field = c, "text"
+        self._slot = text_slot.learn(self._payload, obj, holder, field, e.choice)
+        if self._slot is None:
+            self._unproved += 1
+            self.fast = self._unproved < 2
 
     def _chat_choice(self, c: dict[str, Any], i: Any, delta: dict[str, Any] | None,
                      out: list[ev.Event]) -> None:
