@@ -11,7 +11,7 @@ import urllib.parse
 from collections.abc import Callable, MutableMapping
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 Message = MutableMapping[str, Any]
 
@@ -24,6 +24,9 @@ _KEEP = b"connection: keep-alive\r\n"
 _CHUNKED = b"transfer-encoding: chunked\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+# Each chunk's size line, made once: `b"%x\r\n%b\r\n" % (n, body)` was about 2,700
+# instructions a streamed chunk in the compiled build (a generic `%`; bench/RESULTS.md §32).
+_SIZE_LINES: Final[list[bytes]] = [b"%x\r\n" % n for n in range(4096)]
 
 
 class Link(Protocol):
@@ -62,6 +65,12 @@ class _Clock:
             cls.second = now
             cls.line = b"date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
         return cls.line
+
+
+def chunk(body: bytes) -> bytes:
+    """`body` as one HTTP/1.1 chunk (RFC 9112 section 7.1)."""
+    n = len(body)
+    return (_SIZE_LINES[n] if n < 4096 else b"%x\r\n" % n) + body + b"\r\n"
 
 
 def status_line(status: int) -> bytes:
@@ -243,7 +252,7 @@ class Cycle:
         """Body bytes, framed, written now (the head with the first); False when the client
         is not taking bytes as fast as they come (await `drain` before more)."""
         if self.relaying and more and body:
-            return self.conn.write(b"%x\r\n%b\r\n" % (len(body), body))
+            return self.conn.write(chunk(body))
         if not self.started:
             raise RuntimeError("a response body before its start")
         if self.done:
@@ -262,7 +271,7 @@ class Cycle:
             pass
         elif self.chunked:
             if body:
-                out.append(b"%x\r\n%b\r\n" % (len(body), body))
+                out.append(chunk(body))
             if not more:
                 out.append(_LAST_CHUNK)
             else:

@@ -43,7 +43,9 @@ class TextSlot:
         size = len(payload)
         n = len(self.head)
         end = size - len(self.tail)
-        if size < self._around + 2 or payload[:n] != self.head or payload[end:] != self.tail:
+        # (mypyc compiles `startswith` and `endswith` on bytes to a memcmp: no slice made)
+        if size < self._around + 2 or not payload.startswith(self.head) \
+                or not payload.endswith(self.tail):
             return None
         try:
             value = _loads(payload[n:end])  # one JSON value, nothing after it
