@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.backends import openai_decode
-from schemas import errors
 from schemas import events as ev
+from tests.property.test_decoder_chunking import Outcome, run, split_at
 
 KINDS = ["text"] * 8 + ["empty", "role", "ids", "logprobs", "usage", "finish", "null_text",
                         "error"]
@@ -77,18 +77,12 @@ def streams(draw: st.DrawFn) -> tuple[bool, int, bytes]:
     return chat, n, body
 
 
-def read(chat: bool, n: int, parts: list[bytes], fast: bool
-         ) -> tuple[list[ev.Event], tuple[str, str] | None]:
-    dec = openai_decode.OpenAIDecoder(chat, True, choices=n)
-    dec.fast = fast
-    got: list[ev.Event] = []
-    try:
-        for part in parts:
-            got += dec.feed(part)
-        got += dec.close()
-    except errors.GatewayError as exc:
-        return got, (type(exc).__name__, exc.message)
-    return got, None
+def read(chat: bool, n: int, parts: list[bytes], fast: bool) -> Outcome:
+    def make() -> openai_decode.OpenAIDecoder:
+        dec = openai_decode.OpenAIDecoder(chat, True, choices=n)
+        dec.fast = fast
+        return dec
+    return run(make, parts)
 
 
 @settings(max_examples=300, deadline=None)
@@ -96,9 +90,8 @@ def read(chat: bool, n: int, parts: list[bytes], fast: bool
 def test_the_slot_reads_what_the_full_read_reads(stream: tuple[bool, int, bytes],
                                                   data: st.DataObject) -> None:
     chat, n, body = stream
-    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(body)), max_size=6))))
-    points = [0, *cuts, len(body)]
-    parts = [body[a:b] for a, b in zip(points, points[1:])]
+    cuts = data.draw(st.lists(st.integers(0, len(body)), max_size=6))
+    parts = split_at(body, cuts)
     assert read(chat, n, parts, True) == read(chat, n, parts, False)
 
 
