@@ -4,12 +4,14 @@ body in, one parsed JSON object per event out to the worker's own `on_event`.
 A worker decoder says only what a parsed event means (`on_event`, `on_body`, `on_end`); this
 base reads the framing (adapters/framing.py), parses each event with one `orjson.loads`, and
 orders failures the same way for every worker. A decoder that can read some events without
-parsing them all (`fast`: OpenAI's text chunks, adapters/backends/text_slot.py) is offered each
-event first (`on_payload`). A failure found in a read (an in-band error
-event, malformed JSON, an event that is not a JSON object) comes after the events that came
-before it in the same read: those are returned, `failed` turns true, and the failure is raised
-on the next `feed` or at `close`, once. So what a client receives does not depend on where the
-network cut the stream. A decoder that raised is spent: later calls return nothing.
+parsing them all (`fast`: OpenAI's text chunks, adapters/backends/text_slot.py) is offered
+each event first (`on_payload`).
+
+A failure found in a read (an in-band error event, malformed JSON, an event that is not a JSON
+object) comes after the events that came before it in the same read: those are returned,
+`failed` turns true, and the failure is raised on the next `feed` or at `close`, once. So what
+a client receives does not depend on where the network cut the stream. A decoder that raised
+is spent: later calls return nothing.
 
 An event whose JSON is not the worker's shape (a choice, delta or usage that is not an object, a
 field of the wrong type) makes a worker's hook raise a TypeError or the like: that is the worker's
