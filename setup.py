@@ -16,13 +16,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_support import compile_choice  # noqa: E402 - found beside this file
 
 # Hot path only, and only modules that mypyc compiles without a change of behaviour: none
-# with async generators (gateway.failover, gateway.pipeline), none that reads another
-# library's objects by introspection (gateway.held), and no class whose uncompiled
+# with async generators (gateway.failover, gateway.pipeline), and no class whose uncompiled
 # subclasses set class attributes its compiled methods read as instance defaults (the
 # backends: `PER_TOKEN_LOGPROBS` and the like). The decoders are compiled with every
 # subclass, their settings declared `ClassVar` (read from the instance's class). No
 # coroutine here waits while it handles an exception (tests/integration/test_compiled_build.py).
-# The whole suite passed against this build (bench/RESULTS.md §22).
+# No class here aliases a method by assignment (`inc = observe`): compiled, that is an unset
+# attribute. A compiled module calls another's functions directly, so replacing one (a test's
+# monkeypatch) reaches interpreted callers only. gateway.held reads prometheus_client's
+# objects by attribute name, which compiled code does as generically as the interpreter.
+# The whole suite passed against this build (bench/RESULTS.md §22, §33).
 COMPILED = [
     "adapters/framing.py",
     "adapters/backends/checked.py",
@@ -35,14 +38,19 @@ COMPILED = [
     "adapters/frontends/elastic_encode.py",
     "adapters/frontends/lmi_encode.py",
     "adapters/frontends/openai_encode.py",
+    "adapters/frontends/openai_parse.py",
+    "adapters/validation.py",
     "adapters/frontends/tgi_encode.py",
     "gateway/admission.py",
     "gateway/balancer.py",
     "gateway/deadline.py",
+    "gateway/exchange.py",
+    "gateway/held.py",
     "gateway/http1.py",
     "gateway/http_cycle.py",
     "gateway/http_server.py",
     "gateway/metrics.py",
+    "gateway/observability.py",
     "gateway/progress.py",
     "gateway/pump.py",
     "gateway/serving.py",

@@ -126,7 +126,8 @@ class _Held:
         if not was:  # after the change: with no loop running, `_changed` flushes at once
             _changed(self)
 
-    inc = observe
+    def inc(self, amount: float = 1.0) -> None:  # a counter's or gauge's name for it
+        self.observe(amount)
 
 
 class _Delta(_Held):
