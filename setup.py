@@ -17,8 +17,8 @@ from build_support import compile_choice  # noqa: E402 - found beside this file
 
 # Hot path only, and only modules that mypyc compiles without a change of behaviour: none
 # with async generators (gateway.failover, gateway.pipeline), and no class whose uncompiled
-# subclasses set class attributes its compiled methods read as instance defaults (the
-# backends: `PER_TOKEN_LOGPROBS` and the like). The decoders are compiled with every
+# subclasses set class attributes its compiled methods read as instance defaults. The
+# decoders and the OpenAI API backends (OpenAI, vLLM, trtllm-serve) are compiled with every
 # subclass, their settings declared `ClassVar` (read from the instance's class). No
 # coroutine here waits while it handles an exception (tests/integration/test_compiled_build.py).
 # No class here aliases a method by assignment (`inc = observe`): compiled, that is an unset
@@ -30,11 +30,14 @@ COMPILED = [
     "adapters/framing.py",
     "adapters/backends/checked.py",
     "adapters/backends/decoder.py",
+    "adapters/backends/openai.py",
     "adapters/backends/openai_decode.py",
     "adapters/backends/params.py",
     "adapters/backends/text_slot.py",
     "adapters/backends/tgi_decode.py",
+    "adapters/backends/trtllm.py",
     "adapters/backends/triton_decode.py",
+    "adapters/backends/vllm.py",
     "adapters/frontends/elastic_encode.py",
     "adapters/frontends/lmi_encode.py",
     "adapters/frontends/openai_encode.py",

@@ -142,11 +142,11 @@ class OpenAIBackend:
     UNKNOWN_EXTRA: ClassVar[params.Rule] = Drop("not a field of this worker's API")
     TABLE: ClassVar[dict[str, params.Rule]] = {**SAMPLING, **OPTIONS}
     ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
-    CHAT_PATH = "/v1/chat/completions"
-    COMPLETIONS_PATH = "/v1/completions"
+    CHAT_PATH: ClassVar[str] = "/v1/chat/completions"
+    COMPLETIONS_PATH: ClassVar[str] = "/v1/completions"
     # Ask for logprobs when a client's format carries one per token (`per_token`) although
     # it did not ask: only where the worker surely takes the field.
-    PER_TOKEN_LOGPROBS = False
+    PER_TOKEN_LOGPROBS: ClassVar[bool] = False
     # A completion's length when `max_tokens` is absent: OpenAI's API reference (completions,
     # `max_tokens` defaults to 16) and vLLM's protocol.py (CompletionRequest.max_tokens = 16).
     COMPLETIONS_MAX_TOKENS: ClassVar[int | None] = 16

@@ -119,7 +119,7 @@ class TrtllmBackend(openai.OpenAIBackend):
     ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = (
         params.accepted_extras(EXTRAS, apart=True)
         | params.accepted_extras(COMPLETIONS_EXTRAS, apart=True))
-    PER_TOKEN_LOGPROBS = True  # CompletionRequest / ChatCompletionRequest `logprobs`
+    PER_TOKEN_LOGPROBS: ClassVar[bool] = True  # CompletionRequest / ChatCompletionRequest `logprobs`
     # openai_protocol.py CompletionRequest `max_tokens: Optional[int] = None`: the engine's own
     # default, which may be the context's room, so no small bound is assumed.
     COMPLETIONS_MAX_TOKENS: ClassVar[int | None] = None

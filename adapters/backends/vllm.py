@@ -73,7 +73,7 @@ class VllmBackend(openai.OpenAIBackend):
     EXTRAS: ClassVar[dict[str, params.Rule]] = VLLM_EXTRAS
     TABLE: ClassVar[dict[str, params.Rule]] = {**SAMPLING, **OPTIONS}
     ACCEPTED_EXTRAS: ClassVar[frozenset[str]] = params.accepted_extras(EXTRAS, apart=True)
-    PER_TOKEN_LOGPROBS = True
+    PER_TOKEN_LOGPROBS: ClassVar[bool] = True
 
     def stream_options(self, req: canonical.InferenceRequest) -> dict[str, Any]:
         """With `continuous_usage_stats` the worker's own counts go on every chunk

@@ -208,29 +208,26 @@ def test_checking_logs_nothing_and_building_logs_drops_once() -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_build_after_check_walks_the_table_once_and_logs_each_drop_once(
-        kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """check() then build() of one request (the serving path) plan once; build() of another
-    request, or of one never checked (a continuation), plans for itself."""
-    walks: list[canonical.InferenceRequest] = []
-    real = params.plan
-
-    def counted(table: Any, req: canonical.InferenceRequest, *a: Any, **kw: Any) -> Any:
-        walks.append(req)
-        return real(table, req, *a, **kw)
-
-    monkeypatch.setattr(params, "plan", counted)
+def test_build_after_check_walks_the_table_once_and_logs_each_drop_once(kind: str) -> None:
+    """check() then build() of one request (the serving path) plan once: build() takes the
+    plan check() kept for that request; build() of another request, or of one never checked
+    (a continuation), plans for itself. Seen by what the kept plan says, not by replacing
+    `params.plan`, which the compiled build (setup.py) calls directly."""
     backend = registry.backend(kind)
     undeclared = {} if kind == "trtllm" else {"unknown_field": 1}  # trtllm refuses it
     first, other = chat(max_tokens=5, **undeclared), chat(max_tokens=7)
     with structlog.testing.capture_logs() as logs:
         backend.check(first)
-        body = orjson.loads(backend.build(first, TARGET).body)
-    assert walks == [first] and body["max_tokens"] == 5
+        kept = backend._checked  # noqa: SLF001 - the plan handed from check() to build()
+        assert kept is not None and kept[0] is first
+        assert orjson.loads(backend.build(first, TARGET).body)["max_tokens"] == 5
     assert [e["field"] for e in logs if e["event"] == "parameter_dropped"] == list(undeclared)
-    backend.check(first)
+    # the kept plan is what build() follows for that request, without a walk of its own
+    backend._checked = (first, [("max_tokens", False, {"max_tokens": 99})])  # noqa: SLF001
+    assert orjson.loads(backend.build(first, TARGET).body)["max_tokens"] == 99
     assert orjson.loads(backend.build(other, TARGET).body)["max_tokens"] == 7
-    assert walks == [first, first, other]
+    never_checked = chat(max_tokens=3)
+    assert orjson.loads(backend.build(never_checked, TARGET).body)["max_tokens"] == 3
 
 
 def test_continuous_usage_is_asked_of_vllm_and_trtllm() -> None:
