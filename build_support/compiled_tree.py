@@ -16,7 +16,7 @@ from build_support.compile_choice import c_compiler
 __all__ = ["build", "c_compiler"]
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ["schemas", "adapters", "gateway", "simulator", "tests", "bench", "build_support",
+SOURCES = ["schemas", "adapters", "gateway", "simulator", "tests", "bench", "build_support", "deploy",
            "setup.py", "pyproject.toml", "README.md"]
 
 
