@@ -180,8 +180,10 @@ class OpenAIDecoder(decoder.FramedDecoder):
         self._ids: dict[tuple[int, int], Any] = {}
         self._names: dict[tuple[int, int], str] = {}
         self._calls: dict[int, dict[Any, int]] = {}  # per choice: the worker's call index -> ours
-        # A stream's text chunks read by their text alone, once one proved the slot (text_slot)
-        self.fast = streaming
+        # A stream's text chunks read by their text alone, once one proved the slot
+        # (text_slot); not where a subclass's own `on_event` does more with each event (TGI's
+        # Messages decoder trims stop strings), which the slot's events would go past.
+        self.fast = streaming and type(self).on_event is OpenAIDecoder.on_event
         self._slot: text_slot.TextSlot | None = None
         self._payload = b""  # the event being parsed, while no slot is known
         self._unproved = 0  # plain text chunks that gave no slot

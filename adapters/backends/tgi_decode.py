@@ -202,7 +202,6 @@ class TgiChatDecoder(openai_decode.OpenAIDecoder):
 
     def __init__(self, streaming: bool, stop: list[str], keep_stop: bool, skip: str = ""):
         super().__init__(True, streaming)
-        self.fast = False  # every event goes through `on_event` here, which trims it
         self._trim = stops.StopTrimmer(stop, keep_stop)
         # A continuation's answer repeats the whitespace TGI trimmed off the text so far
         # (tgi_messages.trimmed): dropped from its start, as far as it repeats it.

@@ -158,5 +158,9 @@ def test_chunks_with_logprobs_or_token_ids_are_read_in_full() -> None:
 
 
 def test_tgi_messages_decoder_reads_every_event_in_full() -> None:
-    """Its own `on_event` trims stop strings: no event may pass it by."""
+    """Its own `on_event` trims stop strings: no event may pass it by (any subclass with its
+    own `on_event` reads in full; the compiled build allows no interpreted subclass)."""
     assert tgi_decode.TgiChatDecoder(True, ["lo"], False).fast is False
+    assert openai_decode.OpenAIDecoder(True, True).fast is True
+    assert openai_decode.OpenAIDecoder(True, False).fast is False  # a whole body: no stream
+
