@@ -11,10 +11,38 @@ from __future__ import annotations
 
 from typing import Final
 
+import orjson
+
 SSE_DONE = b"data: [DONE]\n\n"
 CR: Final = 13  # b"\r", as a needle for `in`
 LF: Final = 10  # b"\n"
 BOM: Final[bytes] = b"\xef\xbb\xbf"  # UTF-8's byte order mark
+QUOTE: Final = 34  # b'"'
+BACKSLASH: Final = 92  # b"\\"
+
+
+def json_plain(data: bytes, start: int, stop: int) -> bool:
+    """Whether `data[start:stop]` holds no byte a JSON string escapes (a quote, a backslash,
+    a control byte). Such UTF-8 is its own JSON string body, as orjson writes it and reads it
+    (orjson escapes nothing else: not `/`, DEL, U+2028 or any other non-ASCII): a token's
+    text then crosses without `orjson.loads` or `orjson.dumps`, each about a thousand
+    instructions a call for a few bytes (bench/RESULTS.md §34)."""
+    i = start
+    while i < stop:
+        b = data[i]
+        if b < 32 or b == QUOTE or b == BACKSLASH:
+            return False
+        i += 1
+    return True
+
+
+def json_body(text: str) -> bytes:
+    """`text` as the inside of a JSON string, byte for byte as `orjson.dumps` writes it."""
+    try:
+        raw = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: orjson refuses it
+        return orjson.dumps(text)
+    return raw if json_plain(raw, 0, len(raw)) else orjson.dumps(text)[1:-1]
 
 
 def sse(data: bytes) -> bytes:

@@ -20,9 +20,11 @@ from typing import Any, Final
 
 import orjson
 
+from adapters import framing
+
 _loads: Final = orjson.loads
-QUOTE: Final = 34  # b'"'
-BACKSLASH: Final = 92
+QUOTE: Final = framing.QUOTE
+BACKSLASH: Final = framing.BACKSLASH
 # No worker writes this text; what the slot holds is replaced by it to prove the slot.
 PROBE: Final = "\x00text-slot probe\x00"
 _PROBE_JSON: Final[bytes] = orjson.dumps(PROBE)
@@ -47,6 +49,15 @@ class TextSlot:
         if size < self._around + 2 or not payload.startswith(self.head) \
                 or not payload.endswith(self.tail):
             return None
+        last = end - 1
+        # a string with nothing to unescape is its UTF-8 bytes; invalid UTF-8 goes to the
+        # parser, which decides as before
+        if payload[n] == QUOTE and payload[last] == QUOTE \
+                and framing.json_plain(payload, n + 1, last):
+            try:
+                return payload[n + 1:last].decode()
+            except UnicodeDecodeError:
+                pass
         try:
             value = _loads(payload[n:end])  # one JSON value, nothing after it
         except orjson.JSONDecodeError:

@@ -1,8 +1,8 @@
 """OpenAI client protocol, response side: chunks, whole bodies and the error object as bytes.
 
 The per-chunk path builds each chunk from a pre-encoded head and tail around one orjson.dumps
-of the choice (of the text alone, for a text-only chunk), so a chunk costs one serialisation
-and a few byte joins.
+of the choice (for a text-only chunk, around the text's JSON body: `framing.json_body`), so a
+chunk costs one serialisation at most and a few byte joins.
 """
 
 from __future__ import annotations
@@ -119,11 +119,13 @@ class _Chunks:
         # choice, so a token costs one orjson.dumps of a str, not of the dicts built for it.
         self._plain = not (req.logprobs or req.token_ids or continuous)
         self._text_open, self._text_tail = text[0], text[1] + self._suffix
-        self._text_heads: dict[int, bytes] = {}
+        self._text_tail_quoted = b'"' + self._text_tail
+        self._text_heads: dict[int, bytes] = {}  # each ends with the text's opening quote
 
     def _text_head(self, choice: int) -> bytes:
         """The bytes before a text-only chunk's text, made on its choice's first."""
-        return self._text_heads.setdefault(choice, self._prefix + self._text_open % choice)
+        return self._text_heads.setdefault(choice,
+                                           self._prefix + self._text_open % choice + b'"')
 
     def _chunk(self, choice: dict[str, Any]) -> bytes:
         return (self._chunk_with_usage(choice) if self._continuous  # (a flag: a compiled
@@ -207,9 +209,9 @@ class ChatStreamEncoder(_Chunks):
 
     def _text(self, e: ev.TextDelta) -> bytes:
         self._generated += len(e.token_ids) if e.token_ids is not None else 1
-        if self._plain and type(e.choice) is int:  # (a worker's `true` is no index 1 here)
+        if self._plain and type(e.choice) is int and type(e.text) is str:  # (no `true` as 1)
             return ((self._text_heads.get(e.choice) or self._text_head(e.choice))
-                    + orjson.dumps(e.text) + self._text_tail)
+                    + framing.json_body(e.text) + self._text_tail_quoted)
         c: dict[str, Any] = {"index": e.choice, "delta": {"content": e.text},
                              "logprobs": None, "finish_reason": None}
         if self._logprobs and e.logprobs is not None:
@@ -259,9 +261,9 @@ class CompletionStreamEncoder(_Chunks):
 
     def _text(self, e: ev.TextDelta) -> bytes:
         self._generated += len(e.token_ids) if e.token_ids is not None else 1
-        if self._plain and type(e.choice) is int:  # (a worker's `true` is no index 1 here)
+        if self._plain and type(e.choice) is int and type(e.text) is str:  # (no `true` as 1)
             return ((self._text_heads.get(e.choice) or self._text_head(e.choice))
-                    + orjson.dumps(e.text) + self._text_tail)
+                    + framing.json_body(e.text) + self._text_tail_quoted)
         c: dict[str, Any] = {"index": e.choice, "text": e.text, "logprobs": None,
                              "finish_reason": None}
         if self._logprobs and e.logprobs is not None:

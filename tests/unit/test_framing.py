@@ -1,7 +1,10 @@
-"""The incremental SSE reader follows the WHATWG rules for any chunking of its input."""
+"""The incremental SSE reader follows the WHATWG rules for any chunking of its input; a text's
+JSON body is byte for byte orjson's."""
 
 from __future__ import annotations
 
+import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -98,3 +101,28 @@ def test_a_read_of_one_event_reads_as_the_general_parser_reads_it(payload: bytes
     fast, general = framing.SseDecoder(), framing.SseDecoder()
     assert fast.feed(chunk) == general._general(chunk)
     assert fast.close() == general.close()
+
+
+@given(st.text())
+def test_a_texts_json_body_is_what_orjson_writes_inside_the_quotes(text: str) -> None:
+    """`json_body` copies a text with nothing to escape as its UTF-8 and asks orjson for the
+    rest: either way the bytes are orjson's, whatever the text (quotes, backslashes, control
+    characters, DEL, U+2028, any plane)."""
+    assert framing.json_body(text) == orjson.dumps(text)[1:-1]
+
+
+@pytest.mark.parametrize("text", ["a\ud800", "\udfff"])
+def test_a_lone_surrogate_is_refused_as_orjson_refuses_it(text: str) -> None:
+    with pytest.raises(orjson.JSONEncodeError):
+        orjson.dumps(text)
+    with pytest.raises(orjson.JSONEncodeError):
+        framing.json_body(text)
+
+
+@given(st.binary(max_size=12), st.integers(0, 3), st.integers(0, 3))
+def test_plain_bytes_are_exactly_those_with_nothing_json_escapes(data: bytes, a: int,
+                                                                 b: int) -> None:
+    start = min(a, len(data))
+    stop = max(start, len(data) - b)
+    assert framing.json_plain(data, start, stop) == \
+        all(c >= 32 and c not in b'"\\' for c in data[start:stop])

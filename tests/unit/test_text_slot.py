@@ -13,6 +13,8 @@ import json
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from adapters.backends import openai_decode, text_slot, tgi_decode
 from schemas import events as ev
@@ -164,3 +166,31 @@ def test_tgi_messages_decoder_reads_every_event_in_full() -> None:
     assert openai_decode.OpenAIDecoder(True, True).fast is True
     assert openai_decode.OpenAIDecoder(True, False).fast is False  # a whole body: no stream
 
+
+
+@pytest.mark.parametrize("inside", [b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"a\x01b", b"\t",
+                                    b"a\x7fb", "\u2028".encode(), "🙂".encode()])
+def test_a_string_read_without_the_parser_is_read_as_the_parser_reads_it(inside: bytes) -> None:
+    """A string with no quote, backslash or control byte is decoded as UTF-8 without the
+    parser; bytes that are not UTF-8 (a lone byte, a surrogate, an overlong form) and raw
+    control bytes (which JSON forbids) still get the parser's answer: none."""
+    slot = learned(chunk(b'"x"'))
+    assert slot is not None
+    try:
+        expected = orjson.loads(b'"' + inside + b'"')
+    except orjson.JSONDecodeError:
+        expected = None
+    assert slot.text(chunk(b'"' + inside + b'"')) == expected
+
+
+@given(st.binary(max_size=10))
+def test_any_bytes_in_the_slot_read_as_the_parser_reads_them(inside: bytes) -> None:
+    slot = learned(chunk(b'"x"'))
+    assert slot is not None
+    literal = b'"' + inside + b'"'
+    try:
+        value = orjson.loads(literal)
+        expected = value if type(value) is str else None
+    except orjson.JSONDecodeError:
+        expected = None
+    assert slot.text(chunk(literal)) == expected
