@@ -25,8 +25,8 @@ def json_plain(data: bytes, start: int, stop: int) -> bool:
     """Whether `data[start:stop]` holds no byte a JSON string escapes (a quote, a backslash,
     a control byte). Such UTF-8 is its own JSON string body, as orjson writes it and reads it
     (orjson escapes nothing else: not `/`, DEL, U+2028 or any other non-ASCII): a token's
-    text then crosses without `orjson.loads` or `orjson.dumps`, each about a thousand
-    instructions a call for a few bytes (bench/RESULTS.md §34)."""
+    text then crosses without `orjson.loads` (about 1,250 instructions for a few bytes) or
+    `orjson.dumps` (about 600) (bench/RESULTS.md §34c)."""
     i = start
     while i < stop:
         b = data[i]
