@@ -116,7 +116,7 @@ class _Chunks:
         self._continuous = continuous = req.include_usage and req.continuous_usage
         # A chunk of text alone (no log probs or ids asked, no running usage): the bytes around
         # its text (`text`: the choice's, in `_text`'s key order, `%d` its index) made once per
-        # choice, so a token costs one orjson.dumps of a str, not of the dicts built for it.
+        # choice, so a token costs its text's JSON body, not a dump of the dicts built for it.
         self._plain = not (req.logprobs or req.token_ids or continuous)
         self._text_open, self._text_tail = text[0], text[1] + self._suffix
         self._text_tail_quoted = b'"' + self._text_tail
@@ -209,7 +209,7 @@ class ChatStreamEncoder(_Chunks):
 
     def _text(self, e: ev.TextDelta) -> bytes:
         self._generated += len(e.token_ids) if e.token_ids is not None else 1
-        if self._plain and type(e.choice) is int and type(e.text) is str:  # (no `true` as 1)
+        if self._plain and type(e.choice) is int and type(e.text) is str:  # (`true` is no 1)
             return ((self._text_heads.get(e.choice) or self._text_head(e.choice))
                     + framing.json_body(e.text) + self._text_tail_quoted)
         c: dict[str, Any] = {"index": e.choice, "delta": {"content": e.text},
@@ -261,7 +261,7 @@ class CompletionStreamEncoder(_Chunks):
 
     def _text(self, e: ev.TextDelta) -> bytes:
         self._generated += len(e.token_ids) if e.token_ids is not None else 1
-        if self._plain and type(e.choice) is int and type(e.text) is str:  # (no `true` as 1)
+        if self._plain and type(e.choice) is int and type(e.text) is str:  # (`true` is no 1)
             return ((self._text_heads.get(e.choice) or self._text_head(e.choice))
                     + framing.json_body(e.text) + self._text_tail_quoted)
         c: dict[str, Any] = {"index": e.choice, "text": e.text, "logprobs": None,
